@@ -1,0 +1,464 @@
+"""Declarative lazy layers: an eager class, plus where its inferred sizes come from.
+
+A lazy layer is a few lines::
+
+    class LazyLinear(LazyLayer, nn.Linear):
+        cls_to_become = nn.Linear
+        inferred = {"in_features": Infer(dim=-1)}
+
+        def __init__(self, out_features, bias=True, device=None, dtype=None):
+            self._lazynn_setup(out_features=out_features, bias=bias, device=device, dtype=dtype)
+
+``LazyLayer`` does the rest, the same way for every layer:
+
+* construction runs the eager ``__init__`` on the meta device with a probe size, so the lazy
+  module has every attribute of the eager one and one placeholder per parameter and buffer
+  (with the eager dtype), and consumes no random numbers;
+* the first call reads the sizes from the inputs, checks them (rank, dtype, and a forward of
+  the eager layer on meta tensors, so a kernel larger than the input is caught), then
+  constructs the eager layer for real, exactly as ``nn.Linear(in, out)`` would, under the
+  current RNG, and moves its tensors into the placeholders (same Python objects);
+* a built checkpoint builds an unbuilt layer: sizes are solved from the tensor shapes, and
+  every shape is checked against what the layer already knows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ._errors import CheckpointError, InferenceError, describe, message, module_path, shape_str
+from ._mixin import LazyModuleMixin, is_unbuilt
+from ._placeholder import UninitializedBuffer, UninitializedParameter, _fill, _raw, is_placeholder
+
+__all__ = ["UNKNOWN", "Infer", "LazyLayer"]
+
+
+class _Unknown:
+    """The value of an inferred size before the build; prints as ``?``."""
+
+    _instance: ClassVar[_Unknown | None] = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "?"
+
+    def __format__(self, spec: str) -> str:
+        return "?"
+
+    def __reduce__(self) -> str:
+        return "UNKNOWN"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Unknown:
+        return self
+
+
+#: The value of an inferred size (``in_features``...) before the build.
+UNKNOWN = _Unknown()
+
+_LAYOUT = re.compile(r"^\((.*)\)$")
+
+
+@dataclass(frozen=True)
+class Infer:
+    """Where a constructor argument is read from a forward call's inputs.
+
+    Args:
+        dim: the input dimension that gives the size. Default: ``-1`` (the last).
+        arg: which forward argument: a position or a parameter name. Default: ``0``.
+        layouts: the input layouts accepted, such as ``("(C, H, W)", "(N, C, H, W)")``.
+            When given, the input's rank must be one of theirs, and the size is read at the
+            position of ``letter`` in the matching layout (so unbatched and batched inputs
+            each read the right dimension). When empty, any rank reaching ``dim`` is fine.
+        letter: the layout letter to read. Default: ``"C"``.
+        probe: a value valid for the constructor, used to lay out placeholders before the
+            build: an int, or the name of another constructor argument whose value is valid
+            (``"groups"`` for convolutions). Default: ``1``.
+
+    >>> Infer(dim=-1).read_dim(3)
+    2
+    >>> Infer(layouts=("(C, L)", "(N, C, L)")).read_dim(2)
+    0
+    """
+
+    dim: int = -1
+    arg: int | str = 0
+    layouts: tuple[str, ...] = ()
+    letter: str = "C"
+    probe: int | str = 1
+
+    def _letters(self, layout: str) -> list[str]:
+        match = _LAYOUT.match(layout.strip())
+        inner = match.group(1) if match else layout
+        return [part.strip() for part in inner.split(",") if part.strip()]
+
+    def accepted(self) -> str:
+        """The accepted inputs, for messages: ``"a 3-d (C, H, W) or 4-d (N, C, H, W)"``."""
+        if not self.layouts:
+            return f"a tensor of rank >= {self.dim + 1 if self.dim >= 0 else -self.dim}"
+        parts = [f"{len(self._letters(lay))}-d {lay}" for lay in self.layouts]
+        return "a " + " or ".join(parts)
+
+    def read_dim(self, rank: int) -> int | None:
+        """The dimension to read for an input of ``rank``, or None if the rank is refused."""
+        if not self.layouts:
+            ok = -rank <= self.dim < rank
+            return (self.dim % rank) if ok else None
+        for layout in self.layouts:
+            letters = self._letters(layout)
+            if len(letters) == rank:
+                return letters.index(self.letter)
+        return None
+
+    def probe_value(self, kwargs: Mapping[str, Any]) -> int:
+        return int(kwargs[self.probe]) if isinstance(self.probe, str) else self.probe
+
+
+def _map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
+    """Apply ``fn`` to every tensor in nested tuples, lists, dicts and named tuples."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_map_tensors(fn, v) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_tensors(fn, v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(fn, v) for k, v in obj.items()}
+    return obj
+
+
+def _to_meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(tuple(int(s) for s in t.shape), dtype=t.dtype, device="meta")
+
+
+_MODULE_KEYS = frozenset(nn.Module().__dict__)
+_LOWER_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class LazyLayer(LazyModuleMixin):
+    """Base of lazy layers declared by ``cls_to_become`` and ``inferred`` (see module doc).
+
+    Class attributes:
+        cls_to_become: the eager ``nn.Module`` class the layer becomes.
+        inferred: constructor argument name -> :class:`Infer`.
+        mixed_precision_input: whether a float16/bfloat16 input may meet float32 parameters
+            (as torch's norm layers allow). Default: ``False``: the input's dtype must equal
+            the parameters' (as ``nn.Linear`` and convolutions require).
+    """
+
+    cls_to_become: type[nn.Module]  # type: ignore[assignment]
+    inferred: ClassVar[Mapping[str, Infer]]
+    mixed_precision_input: ClassVar[bool] = False
+
+    _lazynn_kwargs: dict[str, Any]
+    _lazynn_device: torch.device
+    _lazynn_dtype: torch.dtype
+
+    # --- construction ---------------------------------------------------------------------
+    def _lazynn_setup(self, **kwargs: Any) -> None:
+        """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders."""
+        device = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        target = torch.device(device) if device is not None else torch.get_default_device()
+        probes = {name: spec.probe_value(kwargs) for name, spec in self.inferred.items()}
+        self.cls_to_become.__init__(  # type: ignore[misc]
+            self, **kwargs, **probes, device="meta", dtype=dtype
+        )
+        for prefix, module in self.named_modules():
+            for name, tensor in module._parameters.items():
+                if tensor is not None:
+                    module._parameters[name] = _placeholder_for(
+                        tensor, UninitializedParameter, target, self, prefix, name
+                    )
+            for name, tensor in module._buffers.items():
+                if tensor is not None:
+                    module._buffers[name] = _placeholder_for(
+                        tensor, UninitializedBuffer, target, self, prefix, name
+                    )
+        for name in self.inferred:
+            setattr(self, name, UNKNOWN)
+        self._lazynn_kwargs = kwargs
+        self._lazynn_device = target
+        self._lazynn_dtype = dtype if dtype is not None else torch.get_default_dtype()
+        from ._mixin import _attach
+
+        _attach(self)
+
+    def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
+        """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
+        return self.cls_to_become(
+            **self._lazynn_kwargs, **sizes, device=device, dtype=self._lazynn_dtype
+        )
+
+    def _lazynn_slots(self) -> Iterator[tuple[str, str, torch.Tensor]]:
+        """(module path, tensor name, tensor) for every parameter and buffer of the layer."""
+        for prefix, module in self.named_modules():
+            for name, tensor in (*module._parameters.items(), *module._buffers.items()):
+                if tensor is not None:
+                    yield prefix, name, tensor
+
+    # --- building from inputs -------------------------------------------------------------
+    def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int]:
+        sizes = {}
+        for name, spec in self.inferred.items():
+            value = self._lazynn_argument(spec.arg, args, kwargs)
+            if not isinstance(value, torch.Tensor):
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        f"{spec.accepted()} tensor to infer {name}",
+                        describe(value),
+                        "call the layer with a tensor",
+                    )
+                )
+            dim = spec.read_dim(value.dim())
+            if dim is None:
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        f"{spec.accepted()} input to infer {name}",
+                        f"shape {shape_str(value.shape)}",
+                        "reshape the input to one of the accepted layouts",
+                    )
+                )
+            sizes[name] = int(value.shape[dim])
+        return sizes
+
+    def _lazynn_argument(self, arg: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        import inspect
+
+        names = list(inspect.signature(self.cls_to_become.forward).parameters)[1:]
+        if isinstance(arg, int):
+            if arg < len(args):
+                return args[arg]
+            arg = names[arg] if arg < len(names) else str(arg)
+        if arg in kwargs:
+            return kwargs[arg]
+        index = names.index(arg) if arg in names else len(args)
+        return args[index] if index < len(args) else None
+
+    def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        floats = [
+            _raw(t).dtype for _, _, t in self._lazynn_slots()
+            if is_placeholder(t) and (t.is_floating_point() or t.is_complex())
+        ]
+        for name, spec in self.inferred.items():
+            value = self._lazynn_argument(spec.arg, args, kwargs)
+            dtype = value.dtype
+            kind = value.device.type
+            if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
+                continue  # autocast casts inputs and weights; eager accepts any float here
+            expected = floats[0] if floats else None
+            ok = dtype.is_floating_point or dtype.is_complex
+            if ok and expected is not None and dtype != expected:
+                ok = (
+                    self.mixed_precision_input
+                    and expected == torch.float32
+                    and dtype in _LOWER_PRECISION
+                )
+            if not ok:
+                want = f"a {expected} input (the layer's dtype)" if expected else "a floating-point input"
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        want,
+                        f"a {dtype} input (to infer {name})",
+                        "cast the input (x.to(dtype)) or the layer (layer.to(dtype)) "
+                        "before the first call",
+                    )
+                )
+
+    def _lazynn_validate(
+        self, sizes: Mapping[str, int], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Construct the eager layer on meta and run it on meta copies of the inputs."""
+        try:
+            shadow = self._lazynn_construct(sizes, "meta")
+        except Exception as error:
+            raise InferenceError(
+                message(
+                    module_path(self),  # type: ignore[arg-type]
+                    "inputs from which a valid layer can be made",
+                    f"{describe(args[0] if args else kwargs)}, which gives "
+                    + ", ".join(f"{k}={v}" for k, v in sizes.items()),
+                    "check the input's layout and the layer's arguments",
+                    detail=str(error),
+                )
+            ) from error
+        shadow.train(self.training)
+        meta_args = _map_tensors(_to_meta, args)
+        meta_kwargs = _map_tensors(_to_meta, kwargs)
+        try:
+            with torch.no_grad():
+                shadow(*meta_args, **meta_kwargs)
+        except Exception as error:
+            raise InferenceError(
+                message(
+                    module_path(self),  # type: ignore[arg-type]
+                    f"an input that {shadow!r} accepts",
+                    describe(args[0] if len(args) == 1 else args),
+                    "call it with a valid input; the layer is still unbuilt",
+                    detail=str(error).strip().splitlines()[0],
+                )
+            ) from error
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """Read the sizes from example inputs, check them, and build the layer.
+
+        Prefer calling the layer (or ``lazynn.build``); this does the build without
+        running the forward, as torch's ``initialize_parameters`` does.
+        """
+        sizes = self._lazynn_read_sizes(args, kwargs)
+        self._lazynn_check_dtype(args, kwargs)
+        self._lazynn_validate(sizes, args, kwargs)
+        self._lazynn_build(sizes)
+
+    def _lazynn_build(self, sizes: Mapping[str, int]) -> None:
+        """Construct the eager layer for real and move its tensors into the placeholders."""
+        slots = list(self._lazynn_slots())
+        on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
+        eager = self._lazynn_construct(sizes, "meta" if on_meta else self._lazynn_device)
+        eager_modules = dict(eager.named_modules())
+        moves = []
+        for prefix, name, tensor in slots:  # allocate everything first, commit after
+            if not is_placeholder(tensor):
+                continue
+            source = getattr(eager_modules[prefix], name).detach()
+            raw = _raw(tensor)
+            if source.device != raw.device or source.dtype != raw.dtype:
+                source = source.to(device=raw.device, dtype=raw.dtype)
+            moves.append((tensor, source))
+        for tensor, source in moves:
+            _fill(tensor, source)
+        own_modules = dict(self.named_modules())
+        for prefix, module in eager_modules.items():
+            for key, value in module.__dict__.items():
+                if key not in _MODULE_KEYS:
+                    own_modules[prefix].__dict__[key] = value
+
+    # --- building from a checkpoint -------------------------------------------------------
+    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+        found: dict[tuple[str, str], torch.Size] = {}
+        for path, name, tensor in self._lazynn_slots():
+            key = prefix + (f"{path}.{name}" if path else name)
+            value = state_dict.get(key)
+            if is_placeholder(tensor) and isinstance(value, torch.Tensor):
+                if not is_placeholder(value):
+                    found[(path, name)] = value.shape
+        if not found:
+            return  # nothing built in the checkpoint: stay unbuilt
+        where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
+        sizes = self._lazynn_solve_sizes(found, where, prefix)
+        expected = self._lazynn_shapes(sizes)
+        wrong = {k: v for k, v in found.items() if tuple(expected[k]) != tuple(v)}
+        if wrong:
+            known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn_kwargs.items())
+            raise CheckpointError(
+                message(
+                    where,
+                    "checkpoint shapes that agree with the layer's arguments ("
+                    + known
+                    + "): "
+                    + ", ".join(f"'{prefix}{_key(k)}' {shape_str(expected[k])}" for k in wrong),
+                    ", ".join(f"{shape_str(v)}" for v in wrong.values()),
+                    "construct the layer with the arguments the checkpoint was saved with; "
+                    "nothing was loaded into this layer",
+                )
+            )
+        self._lazynn_build(sizes)
+        from ._mixin import _finish
+
+        _finish(self)  # type: ignore[arg-type]
+
+    def _lazynn_shapes(self, sizes: Mapping[str, int]) -> dict[tuple[str, str], torch.Size]:
+        shadow = self._lazynn_construct(sizes, "meta")
+        return {
+            (path, name): t.shape
+            for path, module in shadow.named_modules()
+            for name, t in (*module._parameters.items(), *module._buffers.items())
+            if t is not None
+        }
+
+    def _lazynn_solve_sizes(
+        self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
+    ) -> dict[str, int]:
+        """Solve each inferred size from checkpoint shapes.
+
+        Each tensor dimension is an affine function of an inferred size (``in_channels /
+        groups``, ``in_features``...): two meta constructions with different probe values
+        give its slope and offset, and the checkpoint's dimension gives the size.
+        """
+        base = {name: spec.probe_value(self._lazynn_kwargs) for name, spec in self.inferred.items()}
+        shapes = self._lazynn_shapes(base)
+        sizes: dict[str, int] = {}
+        for name in self.inferred:
+            other = self._lazynn_shapes({**base, name: 2 * base[name]})
+            solved = None
+            for key, shape in found.items():
+                a, b = shapes[key], other[key]
+                for dim, (x, y) in enumerate(zip(a, b, strict=True)):
+                    if x != y and dim < len(shape):
+                        slope = (y - x) / base[name]
+                        value = base[name] + (shape[dim] - x) / slope
+                        if value != int(value) or value < 0:
+                            raise CheckpointError(
+                                message(
+                                    where,
+                                    f"'{prefix}{_key(key)}' with dimension {dim} giving a whole "
+                                    f"{name}",
+                                    f"shape {shape_str(shape)}",
+                                    "load a checkpoint saved from this kind of layer",
+                                )
+                            )
+                        solved = int(value)
+                        break
+                if solved is not None:
+                    break
+            if solved is None:
+                raise CheckpointError(
+                    message(
+                        where,
+                        f"a checkpoint entry from which {name} can be read",
+                        "entries " + ", ".join(f"'{prefix}{_key(k)}'" for k in found),
+                        "load a checkpoint that has this layer's parameters",
+                    )
+                )
+            sizes[name] = solved
+        return sizes
+
+    # --- calling .forward() directly -------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Build from these inputs if needed, then run the eager forward."""
+        if is_unbuilt(self):  # type: ignore[arg-type]
+            self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
+        return type(self).forward(self, *args, **kwargs)
+
+
+def _key(key: tuple[str, str]) -> str:
+    path, name = key
+    return f"{path}.{name}" if path else name
+
+
+def _placeholder_for(
+    tensor: torch.Tensor,
+    kind: type[UninitializedParameter] | type[UninitializedBuffer],
+    device: torch.device,
+    owner: nn.Module,
+    prefix: str,
+    name: str,
+) -> torch.Tensor:
+    placeholder = kind(requires_grad=tensor.requires_grad, device=device, dtype=tensor.dtype)
+    label = f"{prefix}.{name}" if prefix else name
+    placeholder._lazynn_owner = f"the '{label}' of {type(owner).__name__}"
+    if kind is UninitializedBuffer:
+        del placeholder.__dict__["_is_buffer"], placeholder.__dict__["persistent"]
+    return placeholder

@@ -1,0 +1,119 @@
+"""One error family for lazynn, and the helpers that word its messages.
+
+Every message says *where* (the module's path in the model and its class), what was
+*expected*, what was *received*, and how to *fix* it::
+
+    LazyConv2d at 'features.0': expected a 3-d (C, H, W) or 4-d (N, C, H, W) input,
+    received shape (8, 3). Fix: pass an image batch, or flatten with lazynn.LazyLinear.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CheckpointError",
+    "InferenceError",
+    "LazynnError",
+    "UnbuiltError",
+    "describe",
+    "message",
+    "module_path",
+    "shape_str",
+]
+
+
+class LazynnError(Exception):
+    """Base class of every error lazynn raises."""
+
+
+class InferenceError(LazynnError, ValueError):
+    """An input from which a layer's sizes cannot be inferred; the layer is left unbuilt."""
+
+
+class UnbuiltError(LazynnError, RuntimeError, ValueError):
+    """Data was asked of a placeholder, or of a module that has not been built yet.
+
+    Subclasses both ``RuntimeError`` and ``ValueError``: torch raises one or the other for the
+    same misuse of its own lazy placeholders, so code written against torch keeps working.
+    """
+
+
+class CheckpointError(LazynnError, RuntimeError):
+    """A checkpoint whose sizes contradict what a lazy module already knows."""
+
+
+def shape_str(shape: Sequence[int]) -> str:
+    """``(8, 3, 32, 32)`` for a shape; ``(5,)`` for one dimension."""
+    dims = tuple(int(d) for d in shape)
+    return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+
+def describe(value: object) -> str:
+    """A short description of a forward argument for an error message."""
+    if isinstance(value, torch.Tensor):
+        from ._placeholder import is_placeholder
+
+        if is_placeholder(value):
+            return f"an unbuilt {type(value).__name__}"
+        return f"a {value.dtype} tensor of shape {shape_str(value.shape)} on {value.device}"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(describe(v) for v in value)
+        return f"{type(value).__name__}[{inner}]"
+    return repr(value) if len(repr(value)) < 60 else type(value).__name__
+
+
+def message(where: str, expected: str, received: str, fix: str, detail: str = "") -> str:
+    """Word an error: ``"{where}: expected {expected}, received {received}. Fix: {fix}"``."""
+    text = f"{where}: expected {expected}, received {received}."
+    if detail:
+        text += f" ({detail})"
+    return f"{text} Fix: {fix}"
+
+
+def _find_child(root: nn.Module, target: nn.Module) -> str | None:
+    """The dotted path of ``target`` below ``root``, or None (breadth-first, no recursion)."""
+    queue: list[tuple[str, nn.Module]] = [("", root)]
+    seen = {id(root)}
+    while queue:
+        prefix, module = queue.pop(0)
+        for name, child in module._modules.items():
+            if child is None or id(child) in seen:
+                continue
+            path = f"{prefix}.{name}" if prefix else name
+            if child is target:
+                return path
+            seen.add(id(child))
+            queue.append((path, child))
+    return None
+
+
+def module_path(module: nn.Module, known: str | None = None) -> str:
+    """Where ``module`` sits in the model being run, as ``"LazyLinear at 'encoder.fc'"``.
+
+    ``known`` is used when the caller knows the path (a state_dict prefix, a build pass).
+    Otherwise the path is read off the Python call stack: each enclosing frame whose ``self``
+    is an ``nn.Module`` that holds the module below it names one more step. This costs a
+    stack walk, so it runs only when an error is being worded.
+    """
+    name = type(module).__name__
+    if known is not None:
+        return f"{name} at '{known}'" if known else f"{name} (the root module)"
+    parts: list[str] = []
+    target = module
+    frame = sys._getframe(1)  # CPython frame access: only on the error path.
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and owner is not target:
+            step = _find_child(owner, target)
+            if step is not None:
+                parts.insert(0, step)
+                target = owner
+        frame = frame.f_back  # type: ignore[assignment]
+    if not parts:
+        return name
+    return f"{name} at '{'.'.join(parts)}'"

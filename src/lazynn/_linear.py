@@ -1,0 +1,42 @@
+"""LazyLinear: ``nn.Linear`` with ``in_features`` read from the input's last dimension."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._declare import Infer, LazyLayer
+
+__all__ = ["LazyLinear"]
+
+
+class LazyLinear(LazyLayer, nn.Linear):
+    """``nn.Linear(in_features, out_features)`` with ``in_features`` inferred.
+
+    Input: ``(*, H_in)``; ``in_features = H_in``, the last dimension. Output: ``(*, out_features)``.
+    Arguments are ``nn.Linear``'s without ``in_features``. After the first call the module
+    is exactly an ``nn.Linear``, with the weights ``nn.Linear(H_in, out_features)`` gets
+    under the same seed.
+
+    >>> import torch, lazynn
+    >>> torch.manual_seed(0) and None
+    >>> layer = lazynn.LazyLinear(4)
+    >>> layer
+    LazyLinear(in_features=?, out_features=4, bias=True)
+    >>> layer(torch.ones(2, 3)).shape
+    torch.Size([2, 4])
+    >>> layer
+    Linear(in_features=3, out_features=4, bias=True)
+    """
+
+    cls_to_become = nn.Linear
+    inferred = {"in_features": Infer(dim=-1)}
+
+    def __init__(
+        self,
+        out_features: int,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._lazynn_setup(out_features=out_features, bias=bias, device=device, dtype=dtype)

@@ -1,0 +1,261 @@
+"""LazyModuleMixin: the lifecycle of a lazy module (see docs/design.md).
+
+constructed (placeholders) -> moved (``.to``, ``.half()``, ``to_empty``: placeholders follow)
+-> built (first call, ``initialize_parameters``, or ``load_state_dict`` of a built checkpoint)
+-> plain torch.nn (hooks removed, class swapped to ``cls_to_become``).
+
+This is the protocol layer, API-compatible with ``torch.nn.modules.lazy.LazyModuleMixin``:
+a subclass declares placeholders in ``__init__``, materializes them in
+``initialize_parameters(*inputs)`` and names ``cls_to_become``. The mixin adds what torch's
+lacks: one materialization under concurrent first calls, a failed build that leaves the
+module exactly as it was, independent copies, and errors that name the module's path.
+
+It subclasses torch's mixin only so that the ecosystem recognizes lazynn modules (dynamo
+keys its lazy-module protocol on ``isinstance(m, torch.nn.modules.lazy.LazyModuleMixin)``,
+an ``_initialize_hook`` attribute and ``_infer_parameters``); every method of torch's mixin
+is overridden here, and tests/test_torch_internals.py checks that this stays so.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
+from torch.utils.hooks import RemovableHandle
+
+from ._errors import UnbuiltError, message, module_path
+from ._placeholder import _raw, is_placeholder
+
+__all__ = ["LazyModuleMixin", "is_unbuilt"]
+
+#: One lock for every materialization in the process. A build happens once per module, so
+#: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
+#: lazy children.
+_BUILD_LOCK = threading.RLock()
+
+
+def _pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The forward pre-hook of an unbuilt module: build it from the call's inputs."""
+    module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
+
+
+def is_unbuilt(module: nn.Module) -> bool:
+    """True while a lazynn module waits for its first input (its pre-hook is attached)."""
+    return "_initialize_hook" in module.__dict__
+
+
+def _attach(module: nn.Module) -> None:
+    # `_initialize_hook` is the attribute dynamo and torch.compile look for (see module doc).
+    module._initialize_hook = nn.Module.register_forward_pre_hook(  # type: ignore[assignment]
+        module, _pre_hook, with_kwargs=True
+    )
+
+
+def _finish(module: nn.Module) -> None:
+    """Detach the lazy machinery: after this the module is plain torch.nn, no overhead."""
+    handle = module.__dict__.pop("_initialize_hook", None)
+    if handle is not None:
+        handle.remove()
+    for key in [k for k in module.__dict__ if k.startswith("_lazynn_")]:
+        del module.__dict__[key]
+    target = getattr(module, "cls_to_become", None)
+    if target is not None:
+        module.__class__ = target
+
+
+class _Snapshot:
+    """Everything a build may change in a module tree, to put back if the build fails."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.modules = [(m, m.__class__, dict(m.__dict__)) for m in root.modules()]
+        self.dicts = [
+            (d, dict(d))
+            for m in root.modules()
+            for d in (m._parameters, m._buffers, m._modules)
+        ]
+        self.tensors = [
+            (t, t.__class__, _raw(t), dict(t.__dict__))
+            for m in root.modules()
+            for t in (*m._parameters.values(), *m._buffers.values())
+            if is_placeholder(t)
+        ]
+
+    def restore(self) -> None:
+        for module, cls, attrs in self.modules:
+            module.__class__ = cls
+            module.__dict__.clear()
+            module.__dict__.update(attrs)
+        for d, content in self.dicts:
+            d.clear()
+            d.update(content)
+        for tensor, cls, raw, attrs in self.tensors:
+            with torch._C.DisableTorchFunctionSubclass():
+                tensor.data = raw
+            tensor.__class__ = cls
+            tensor.__dict__.clear()
+            tensor.__dict__.update(attrs)
+
+
+class LazyModuleMixin(_TorchLazyModuleMixin):
+    """Mixin for modules whose parameter shapes the first input decides.
+
+    A subclass creates :class:`~lazynn.UninitializedParameter` /
+    :class:`~lazynn.UninitializedBuffer` placeholders in ``__init__``, materializes them in
+    :meth:`initialize_parameters` (called with the first call's inputs), and names the class
+    to become in ``cls_to_become``. See ``docs/custom-layers.md`` for a complete example.
+
+    >>> import torch, lazynn
+    >>> layer = lazynn.LazyLinear(3)
+    >>> isinstance(layer, lazynn.LazyModuleMixin), layer.has_uninitialized_params()
+    (True, True)
+    >>> _ = layer(torch.ones(2, 5))
+    >>> type(layer).__name__, layer.in_features
+    ('Linear', 5)
+    """
+
+    cls_to_become: type[nn.Module] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Skip torch's mixin __init__ (it registers torch's hooks); ours attaches lazynn's.
+        super(_TorchLazyModuleMixin, self).__init__(*args, **kwargs)
+        _attach(self)  # type: ignore[arg-type]
+
+    # --- the protocol ----------------------------------------------------------------------
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """Materialize every placeholder from the example inputs (a subclass defines it)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement initialize_parameters(*inputs)"
+        )
+
+    def has_uninitialized_params(self) -> bool:
+        """Whether this module (not counting lazy submodules) still holds placeholders."""
+        return any(is_placeholder(t) for t in self._own_tensors())
+
+    def _own_tensors(self) -> Iterator[torch.Tensor]:
+        stack: list[nn.Module] = [self]  # type: ignore[list-item]
+        while stack:
+            module = stack.pop()
+            yield from (t for t in module._parameters.values() if t is not None)
+            yield from (t for t in module._buffers.values() if t is not None)
+            stack.extend(
+                m for m in module._modules.values()
+                if m is not None and not isinstance(m, _TorchLazyModuleMixin)
+            )
+
+    def _infer_parameters(
+        self, module: nn.Module, args: Any, kwargs: dict[str, Any] | None = None
+    ) -> None:
+        """Build ``module`` from example inputs, once, atomically; then detach the machinery.
+
+        Called by the forward pre-hook, by ``forward`` of lazynn layers and by dynamo.
+        """
+        with _BUILD_LOCK:
+            if not is_unbuilt(module):  # built meanwhile, by another thread
+                return
+            snapshot = _Snapshot(module)
+            try:
+                module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
+                if module.has_uninitialized_params():  # type: ignore[operator]
+                    left = [n for n, t in module.named_parameters() if is_placeholder(t)]
+                    left += [n for n, t in module.named_buffers() if is_placeholder(t)]
+                    raise UnbuiltError(
+                        message(
+                            module_path(module),
+                            "initialize_parameters() to materialize every placeholder",
+                            f"{left} still unbuilt",
+                            "materialize each of them in initialize_parameters()",
+                        )
+                    )
+            except BaseException:
+                snapshot.restore()
+                raise
+            _finish(module)
+
+    def register_forward_pre_hook(  # type: ignore[override]
+        self,
+        hook: Callable[..., Any],
+        *,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+    ) -> RemovableHandle:
+        """As ``nn.Module``'s; while unbuilt, the build hook stays last.
+
+        So a user's pre-hook that reshapes the input runs before the sizes are read.
+        """
+        handle = super().register_forward_pre_hook(  # type: ignore[misc]
+            hook, prepend=prepend, with_kwargs=with_kwargs
+        )
+        if is_unbuilt(self) and not prepend:  # type: ignore[arg-type]
+            self._initialize_hook.remove()
+            _attach(self)  # type: ignore[arg-type]
+        return handle  # type: ignore[no-any-return]
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """Build from a checkpoint's shapes. Default, as torch: materialize each placeholder
+        with its entry's shape; the class swap waits for the first call."""
+        for name, tensor in (*self._parameters.items(), *self._buffers.items()):
+            value = state_dict.get(prefix + name)
+            if is_placeholder(tensor) and isinstance(value, torch.Tensor) and not is_placeholder(
+                value
+            ):
+                tensor.materialize(value.shape)  # type: ignore[union-attr]
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        if is_unbuilt(self):  # type: ignore[arg-type]
+            with _BUILD_LOCK:
+                if is_unbuilt(self):  # type: ignore[arg-type]
+                    self._lazynn_build_from_state(state_dict, prefix)
+        if isinstance(self, LazyModuleMixin):
+            super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
+        else:  # built just now, and the class swapped: load as the eager class does
+            type(self)._load_from_state_dict(self, state_dict, prefix, *args)
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        # Through the eager class; a placeholder's detach() is a placeholder.
+        super(_TorchLazyModuleMixin, self)._save_to_state_dict(  # type: ignore[misc]
+            destination, prefix, keep_vars
+        )
+
+    def _lazy_load_hook(self, *args: Any, **kwargs: Any) -> None:
+        """Unused: lazynn loads through ``_load_from_state_dict`` (kept for torch parity)."""
+
+    # --- copies and replication --------------------------------------------------------------
+    def __copy__(self) -> LazyModuleMixin:
+        """A shallow copy that builds independently: own placeholders, own hooks."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        new.__dict__.update(self.__dict__)
+        for key, value in self.__dict__.items():
+            if isinstance(value, (dict, set)):
+                new.__dict__[key] = copy.copy(value)
+        for tensors in (new._parameters, new._buffers):
+            for name, tensor in tensors.items():
+                if is_placeholder(tensor):
+                    tensors[name] = copy.deepcopy(tensor)
+        if is_unbuilt(self):  # type: ignore[arg-type]
+            # The copied hook dicts hold our hook under the original handle's id; point a
+            # handle with that id at the copy's dicts (RemovableHandle is torch's public type,
+            # the `_forward_pre_hooks*` dicts are nn.Module's own storage for it).
+            handle = RemovableHandle(
+                new._forward_pre_hooks, extra_dict=new._forward_pre_hooks_with_kwargs
+            )
+            handle.id = self._initialize_hook.id
+            new.__dict__["_initialize_hook"] = handle
+        return new
+
+    def _replicate_for_data_parallel(self) -> Any:
+        raise UnbuiltError(
+            message(
+                module_path(self),  # type: ignore[arg-type]
+                "a built module for DataParallel",
+                "an unbuilt lazy module",
+                "build the model before wrapping it: call it once on an example input "
+                "(or load a built checkpoint), then wrap it in DataParallel",
+            )
+        )

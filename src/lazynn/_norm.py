@@ -1,0 +1,117 @@
+"""Lazy batch and instance norms: ``num_features`` read from the channel dimension.
+
+``LazyInstanceNorm*`` defaults are those of ``nn.InstanceNorm*`` (``affine=False,
+track_running_stats=False``), unlike torch's own ``nn.LazyInstanceNorm*`` (which default both
+to True, contrary to their docs): a lazy layer must compute what its eager class computes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._declare import Infer, LazyLayer
+
+__all__ = [
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
+    "LazyInstanceNorm1d",
+    "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d",
+]
+
+
+class _LazyNorm(LazyLayer):
+    mixed_precision_input = True  # torch's norms accept float16/bfloat16 input with fp32 stats
+    _defaults = (True, True)
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool | None = None,
+        track_running_stats: bool | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._lazynn_setup(
+            eps=eps, momentum=momentum,
+            affine=self._defaults[0] if affine is None else affine,
+            track_running_stats=self._defaults[1] if track_running_stats is None
+            else track_running_stats,
+            device=device, dtype=dtype,
+        )
+
+
+class _LazyInstanceNorm(_LazyNorm):
+    _defaults = (False, False)
+
+
+_DOC = """``nn.{eager}`` with ``num_features`` inferred from the input's channel dimension.
+
+    Input: {layouts}; ``num_features = C``. Arguments are ``nn.{eager}``'s without
+    ``num_features``, with its defaults (affine={affine}, track_running_stats={affine}).
+    After the first call the module is exactly an ``nn.{eager}``.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.Lazy{eager}()
+    >>> out = norm(torch.randn({example}))
+    >>> type(norm).__name__, norm.num_features
+    ('{eager}', 3)
+    """
+
+
+def _spec(*layouts: str) -> Infer:
+    return Infer(layouts=layouts)
+
+
+def _doc(eager: type[nn.Module], layouts: tuple[str, ...], affine: bool, example: str) -> str:
+    return _DOC.format(
+        eager=eager.__name__, layouts=" or ".join(f"``{lay}``" for lay in layouts),
+        affine=affine, example=example,
+    )
+
+
+_BN1 = ("(N, C)", "(N, C, L)")
+_BN2 = ("(N, C, H, W)",)
+_BN3 = ("(N, C, D, H, W)",)
+_IN1 = ("(C, L)", "(N, C, L)")
+_IN2 = ("(C, H, W)", "(N, C, H, W)")
+_IN3 = ("(C, D, H, W)", "(N, C, D, H, W)")
+
+
+class LazyBatchNorm1d(_LazyNorm, nn.BatchNorm1d):
+    __doc__ = _doc(nn.BatchNorm1d, _BN1, True, "4, 3")
+    cls_to_become = nn.BatchNorm1d
+    inferred = {"num_features": _spec(*_BN1)}
+
+
+class LazyBatchNorm2d(_LazyNorm, nn.BatchNorm2d):
+    __doc__ = _doc(nn.BatchNorm2d, _BN2, True, "4, 3, 2, 2")
+    cls_to_become = nn.BatchNorm2d
+    inferred = {"num_features": _spec(*_BN2)}
+
+
+class LazyBatchNorm3d(_LazyNorm, nn.BatchNorm3d):
+    __doc__ = _doc(nn.BatchNorm3d, _BN3, True, "4, 3, 2, 2, 2")
+    cls_to_become = nn.BatchNorm3d
+    inferred = {"num_features": _spec(*_BN3)}
+
+
+class LazyInstanceNorm1d(_LazyInstanceNorm, nn.InstanceNorm1d):
+    __doc__ = _doc(nn.InstanceNorm1d, _IN1, False, "3, 5")
+    cls_to_become = nn.InstanceNorm1d
+    inferred = {"num_features": _spec(*_IN1)}
+
+
+class LazyInstanceNorm2d(_LazyInstanceNorm, nn.InstanceNorm2d):
+    __doc__ = _doc(nn.InstanceNorm2d, _IN2, False, "2, 3, 4, 4")
+    cls_to_become = nn.InstanceNorm2d
+    inferred = {"num_features": _spec(*_IN2)}
+
+
+class LazyInstanceNorm3d(_LazyInstanceNorm, nn.InstanceNorm3d):
+    __doc__ = _doc(nn.InstanceNorm3d, _IN3, False, "2, 3, 2, 2, 2")
+    cls_to_become = nn.InstanceNorm3d
+    inferred = {"num_features": _spec(*_IN3)}

@@ -1,0 +1,332 @@
+"""Placeholders: parameters and buffers whose shape the first input decides.
+
+A placeholder is a tensor subclass that holds no data, only what it will become: dtype,
+device and ``requires_grad``. It is the object a model's ``parameters()`` returns before
+the build, so an optimizer made early holds it; materializing fills it *in place* (same
+Python object) and turns its class into ``nn.Parameter`` (or ``torch.Tensor`` for a buffer).
+
+Moves (``.to``, ``.half()``, ``to_empty``...) return new placeholders with the new dtype or
+device, so ``module.to(...)`` keeps a module lazy. Anything that needs data or shape is
+refused with an :class:`~lazynn.UnbuiltError` that names the owning layer and parameter.
+
+They subclass torch's own ``UninitializedParameter`` / ``UninitializedBuffer``, so the
+ecosystem recognizes them: ``torch.nn.parameter.is_lazy(p)`` is True, and DDP, TorchScript,
+``weight_norm`` and ``spectral_norm`` refuse them with their own errors.
+
+>>> import torch, lazynn
+>>> p = lazynn.UninitializedParameter(dtype=torch.float64)
+>>> p
+<UninitializedParameter(dtype=torch.float64, device=cpu, requires_grad=True)>
+>>> p.materialize((2, 3))
+>>> type(p).__name__, tuple(p.shape), p.dtype
+('Parameter', (2, 3), torch.float64)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ._errors import UnbuiltError, message
+
+__all__ = ["UninitializedBuffer", "UninitializedParameter", "is_lazy", "is_placeholder"]
+
+# torch.Tensor attributes read through descriptors that do not depend on the shape.
+_ALLOWED_ATTRIBUTES = frozenset(
+    {
+        "dtype",
+        "device",
+        "requires_grad",
+        "is_leaf",
+        "grad",
+        "grad_fn",
+        "layout",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "is_sparse",
+        "is_quantized",
+        "is_nested",
+        "is_mkldnn",
+        "is_xpu",
+        "is_mps",
+        "_is_param",
+        "_is_buffer",
+        "persistent",
+    }
+)
+
+# Methods that answer from dtype and device alone.
+_ALLOWED_METHODS: frozenset[Callable[..., Any]] = frozenset(
+    {
+        torch.Tensor.__hash__,
+        torch.Tensor.is_floating_point,
+        torch.Tensor.is_complex,
+        torch.is_floating_point,
+        torch.is_complex,
+        torch.Tensor.is_signed,
+        torch.Tensor.get_device,
+        torch.Tensor.element_size,
+        torch._has_compatible_shallow_copy_type,
+    }
+)
+
+# Conversions: applied to the (empty) data, they give a new placeholder with the new dtype,
+# device or requires_grad. This is what keeps `module.to(...)` / `to_empty` lazy.
+_CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
+    {
+        torch.Tensor.to,
+        torch.Tensor.half,
+        torch.Tensor.float,
+        torch.Tensor.double,
+        torch.Tensor.bfloat16,
+        torch.Tensor.cpu,
+        torch.Tensor.cuda,
+        torch.Tensor.type,
+        torch.Tensor.detach,
+        torch.empty_like,
+    }
+)
+
+
+def _func_name(func: Callable[..., Any]) -> str:
+    owner = getattr(func, "__self__", None)
+    if owner is not None and hasattr(owner, "__name__") and not isinstance(owner, type):
+        return f"Tensor.{owner.__name__}"  # a descriptor's __get__ / __set__
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    module = getattr(func, "__module__", None) or ""
+    if qual.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + qual.split(".", 1)[1]
+    if qual.startswith("_VariableFunctionsClass."):
+        return "torch." + qual.split(".", 1)[1]
+    return f"{module}.{qual}" if module and not module.startswith("torch._C") else f"torch.{qual}"
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """The plain, empty tensor inside a placeholder (carries dtype and device)."""
+    # torch._C.DisableTorchFunctionSubclass is private; torch.Tensor.__torch_function__ uses
+    # it for the same purpose. tests/test_torch_internals.py checks that it still exists.
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.data
+
+
+class _Placeholder:
+    """Behaviour shared by both placeholders (a mixin; see the module docstring)."""
+
+    cls_to_become: ClassVar[type[torch.Tensor]]
+    #: who owns it, for error messages: "the 'weight' of LazyLinear".
+    _lazynn_owner: str
+
+    def _owner(self) -> str:
+        return getattr(self, "_lazynn_owner", f"this {type(self).__name__}")
+
+    def _refuse(self, what: str) -> UnbuiltError:
+        return UnbuiltError(
+            message(
+                self._owner(),
+                f"a built tensor for {what}",
+                f"an unbuilt {type(self).__name__}, whose shape the first input decides",
+                "build the module first: call the model once on an example input, or load "
+                "a built checkpoint with load_state_dict; then do this (optimizers that need "
+                "shapes at construction, like Adagrad, must be created after the build)",
+            )
+        )
+
+    # --- shape queries are refused, consistently ----------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        raise self._refuse("Tensor.shape")
+
+    @property
+    def ndim(self) -> int:
+        raise self._refuse("Tensor.ndim")
+
+    def size(self, dim: int | None = None) -> Any:
+        raise self._refuse("Tensor.size()")
+
+    def share_memory_(self) -> Any:
+        raise self._refuse("Tensor.share_memory_() (module.share_memory())")
+
+    # --- what a placeholder is -----------------------------------------------------------
+    def materialize(
+        self,
+        shape: Sequence[int],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Become a real, uninitialized ``cls_to_become`` of ``shape``, in place.
+
+        ``device`` and ``dtype`` default to the placeholder's own (as moved since its
+        construction).
+        """
+        raw = _raw(self)  # type: ignore[arg-type]
+        data = torch.empty(
+            tuple(shape),
+            device=raw.device if device is None else device,
+            dtype=raw.dtype if dtype is None else dtype,
+        )
+        _fill(self, data)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        raw = _raw(self)  # type: ignore[arg-type]
+        grad = self.requires_grad  # type: ignore[attr-defined]
+        return (
+            f"<{type(self).__name__}(dtype={raw.dtype}, device={raw.device}, "
+            f"requires_grad={grad})>"
+        )
+
+    def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+        """A new placeholder of this kind around ``raw``, keeping owner and persistence."""
+        new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[arg-type]
+        for attr in ("_lazynn_owner", "persistent", "_is_buffer"):
+            if attr in self.__dict__:
+                setattr(new, attr, self.__dict__[attr])
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        if id(self) not in memo:
+            raw = _raw(self)  # type: ignore[arg-type]
+            memo[id(self)] = self._like(torch.empty(0, dtype=raw.dtype, device=raw.device),
+                                        self.requires_grad)  # type: ignore[attr-defined]
+        return memo[id(self)]  # type: ignore[no-any-return]
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        owner = getattr(func, "__self__", None)
+        attr = getattr(owner, "__name__", None) if owner is not None else None
+        self = args[0] if args else None
+        with torch._C.DisableTorchFunctionSubclass():
+            if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
+                return func(*args, **kwargs)
+            if attr == "data" and getattr(func, "__name__", "") == "__set__":
+                # `module._apply` moves a placeholder by `param.data = moved_placeholder`.
+                if len(args) == 2 and is_placeholder(args[1]):
+                    return func(*args, **kwargs)
+            elif func in _ALLOWED_METHODS:
+                return func(*args, **kwargs)
+            elif func in _CONVERSIONS and isinstance(self, _Placeholder):
+                raw = func(_raw(self), *args[1:], **kwargs)  # type: ignore[arg-type]
+                if raw is _raw(self):  # type: ignore[arg-type]
+                    return self
+                keep_grad = func is not torch.Tensor.detach and self.requires_grad  # type: ignore[attr-defined]
+                return self._like(raw.detach(), keep_grad)
+            elif func is torch.Tensor.requires_grad_ and isinstance(self, _Placeholder):
+                return func(*args, **kwargs)
+            elif func is torch.Tensor.copy_ and all(is_placeholder(a) for a in args[:2]):
+                return self  # unbuilt into unbuilt: there is nothing to copy
+        culprit = next((a for a in args if isinstance(a, _Placeholder)), None)
+        if culprit is None:  # a placeholder nested in a container argument
+            culprit = next(
+                (v for a in args if isinstance(a, (list, tuple)) for v in a
+                 if isinstance(v, _Placeholder)),
+                None,
+            )
+        if culprit is None:
+            raise UnbuiltError(f"an unbuilt placeholder was passed to {_func_name(func)}")
+        raise culprit._refuse(_func_name(func))
+
+
+def _fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
+    """Make ``placeholder`` hold ``data`` and become a real tensor, keeping its identity."""
+    with torch._C.DisableTorchFunctionSubclass():
+        placeholder.data = data
+    target = type(placeholder).cls_to_become  # type: ignore[attr-defined]
+    placeholder.__class__ = target
+    for attr in ("_lazynn_owner", "_is_buffer", "persistent"):
+        placeholder.__dict__.pop(attr, None)
+
+
+class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
+    """A parameter whose shape is not known yet; becomes an ``nn.Parameter`` when built.
+
+    Args:
+        requires_grad: as ``nn.Parameter``. Default: ``True``.
+        device: where it will be allocated. Default: the current default device.
+        dtype: its dtype. Default: the current default dtype.
+    """
+
+    cls_to_become = nn.Parameter
+
+    def __new__(
+        cls,
+        requires_grad: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> UninitializedParameter:
+        data = torch.empty(0, device=device, dtype=dtype)
+        return torch.Tensor._make_subclass(cls, data, requires_grad)  # type: ignore[return-value]
+
+    def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
+        raw = _raw(self)
+        return (type(self), (self.requires_grad, raw.device, raw.dtype))
+
+
+class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
+    """A buffer whose shape is not known yet; becomes a plain ``torch.Tensor`` when built.
+
+    Args:
+        requires_grad: Default: ``False``.
+        device: where it will be allocated. Default: the current default device.
+        dtype: its dtype. Default: the current default dtype.
+        persistent: whether it is part of the ``state_dict`` when assigned as an attribute.
+    """
+
+    cls_to_become = torch.Tensor
+
+    def __new__(
+        cls,
+        requires_grad: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        persistent: bool = True,
+    ) -> UninitializedBuffer:
+        data = torch.empty(0, device=device, dtype=dtype)
+        new = torch.Tensor._make_subclass(cls, data, requires_grad)
+        new.persistent = persistent  # type: ignore[attr-defined]
+        new._is_buffer = True  # type: ignore[attr-defined]
+        return new  # type: ignore[return-value]
+
+    def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
+        raw = _raw(self)
+        persistent = self.__dict__.get("persistent", True)
+        return (type(self), (self.requires_grad, raw.device, raw.dtype, persistent))
+
+
+def is_placeholder(obj: object) -> bool:
+    """True for a lazynn or torch placeholder (an uninitialized parameter or buffer)."""
+    return isinstance(obj, nn.parameter.UninitializedTensorMixin)
+
+
+def is_lazy(obj: object) -> bool:
+    """Whether ``obj`` still waits for its sizes.
+
+    For a tensor: is it a placeholder (as ``torch.nn.parameter.is_lazy``)? For a module: is
+    it, or any module below it, not built yet?
+
+    >>> import lazynn
+    >>> model = lazynn.LazyLinear(4)
+    >>> lazynn.is_lazy(model), lazynn.is_lazy(model.weight)
+    (True, True)
+    """
+    if isinstance(obj, nn.Module):
+        from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
+
+        return any(isinstance(m, TorchLazy) for m in obj.modules()) or any(
+            is_placeholder(t) for t in obj.parameters()
+        ) or any(is_placeholder(t) for t in obj.buffers())
+    return is_placeholder(obj)
+
+
+# An unbuilt model's state_dict holds placeholders; allow them in torch.load's default
+# weights_only=True mode. add_safe_globals is torch's public registry for exactly this.
+torch.serialization.add_safe_globals([UninitializedParameter, UninitializedBuffer])
