@@ -162,6 +162,7 @@ class LazyLayer(LazyModuleMixin):
     _lazynn_kwargs: dict[str, Any]
     _lazynn_device: torch.device
     _lazynn_dtype: torch.dtype
+    _lazynn_placeholders: dict[tuple[str, str], torch.Tensor]
 
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
@@ -173,17 +174,17 @@ class LazyLayer(LazyModuleMixin):
         self.cls_to_become.__init__(  # type: ignore[misc]
             self, **kwargs, **probes, device="meta", dtype=dtype
         )
+        placeholders: dict[tuple[str, str], torch.Tensor] = {}
         for prefix, module in self.named_modules():
-            for name, tensor in module._parameters.items():
-                if tensor is not None:
-                    module._parameters[name] = _placeholder_for(
-                        tensor, UninitializedParameter, target, self, prefix, name
-                    )
-            for name, tensor in module._buffers.items():
-                if tensor is not None:
-                    module._buffers[name] = _placeholder_for(
-                        tensor, UninitializedBuffer, target, self, prefix, name
-                    )
+            for tensors, kind in (
+                (module._parameters, UninitializedParameter),
+                (module._buffers, UninitializedBuffer),
+            ):
+                for name, tensor in tensors.items():
+                    if tensor is not None:
+                        placeholder = _placeholder_for(tensor, kind, target, self, prefix, name)
+                        tensors[name] = placeholders[(prefix, name)] = placeholder
+        self._lazynn_placeholders = placeholders
         for name in self.inferred:
             setattr(self, name, UNKNOWN)
         self._lazynn_kwargs = kwargs
@@ -200,11 +201,25 @@ class LazyLayer(LazyModuleMixin):
         )
 
     def _lazynn_slots(self) -> Iterator[tuple[str, str, torch.Tensor]]:
-        """(module path, tensor name, tensor) for every parameter and buffer of the layer."""
-        for prefix, module in self.named_modules():
-            for name, tensor in (*module._parameters.items(), *module._buffers.items()):
-                if tensor is not None:
-                    yield prefix, name, tensor
+        """(module path, tensor name, placeholder) for every parameter and buffer.
+
+        The placeholders made at construction, even while ``torch.func.functional_call``
+        has put other tensors in their place.
+        """
+        for (prefix, name), tensor in self._lazynn_placeholders.items():
+            yield prefix, name, tensor
+
+    def __copy__(self) -> LazyLayer:
+        new = super().__copy__()
+        installed = {
+            (prefix, name): tensor
+            for prefix, module in new.named_modules()
+            for name, tensor in (*module._parameters.items(), *module._buffers.items())
+        }
+        new.__dict__["_lazynn_placeholders"] = {
+            key: installed[key] for key in self._lazynn_placeholders
+        }
+        return new  # type: ignore[return-value]
 
     # --- building from inputs -------------------------------------------------------------
     def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int]:
@@ -301,6 +316,8 @@ class LazyLayer(LazyModuleMixin):
             with torch.no_grad():
                 shadow(*meta_args, **meta_kwargs)
         except Exception as error:
+            if _meta_limitation(error):
+                return  # the meta device cannot run this forward (e.g. .item()): no verdict
             raise InferenceError(
                 message(
                     module_path(self),  # type: ignore[arg-type]
@@ -328,18 +345,35 @@ class LazyLayer(LazyModuleMixin):
         on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
         eager = self._lazynn_construct(sizes, "meta" if on_meta else self._lazynn_device)
         eager_modules = dict(eager.named_modules())
+        own_modules = dict(self.named_modules())
         moves = []
         for prefix, name, tensor in slots:  # allocate everything first, commit after
             if not is_placeholder(tensor):
                 continue
             source = getattr(eager_modules[prefix], name).detach()
+            current = getattr(own_modules[prefix], name)
+            if current is not tensor and (
+                is_placeholder(current) or tuple(current.shape) != tuple(source.shape)
+            ):
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        f"'{_key((prefix, name))}' of shape {shape_str(source.shape)} "
+                        "(from the inputs)",
+                        "a substitute tensor "
+                        + ("that is unbuilt" if is_placeholder(current)
+                           else f"of shape {shape_str(current.shape)}")
+                        + " (torch.func.functional_call or a torch.func transform)",
+                        "build the model with a plain call first (model(example)), then take "
+                        "its parameters for torch.func; the layer is still unbuilt",
+                    )
+                )
             raw = _raw(tensor)
             if source.device != raw.device or source.dtype != raw.dtype:
                 source = source.to(device=raw.device, dtype=raw.dtype)
             moves.append((tensor, source))
         for tensor, source in moves:
             _fill(tensor, source)
-        own_modules = dict(self.named_modules())
         for prefix, module in eager_modules.items():
             for key, value in module.__dict__.items():
                 if key not in _MODULE_KEYS:
@@ -441,6 +475,14 @@ class LazyLayer(LazyModuleMixin):
         if is_unbuilt(self):  # type: ignore[arg-type]
             self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
         return type(self).forward(self, *args, **kwargs)
+
+
+def _meta_limitation(error: Exception) -> bool:
+    """Whether a failure on meta tensors says nothing about the input (a data-dependent op)."""
+    if isinstance(error, NotImplementedError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("meta tensor" in text or "data-dependent" in text)
 
 
 def _key(key: tuple[str, str]) -> str:

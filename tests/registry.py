@@ -1,0 +1,162 @@
+"""One row per lazy layer: every registry-driven test runs over ROWS.
+
+Adding a layer to lazynn is adding a row here: the lazy class, its eager class, the
+constructor argument it infers, a hypothesis strategy of the other constructor arguments,
+and how to make a valid input for given arguments and inferred size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import hypothesis.strategies as st
+import torch
+from torch import nn
+
+import lazynn
+
+Options = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    lazy: type[nn.Module]
+    eager: type[nn.Module]
+    inferred: str
+    #: constructor arguments other than the inferred one
+    options: st.SearchStrategy[Options]
+    #: (options, inferred size, batched) -> a valid input shape
+    shape: Callable[[Options, int, bool], tuple[int, ...]]
+    #: options -> valid values of the inferred size
+    sizes: Callable[[Options], st.SearchStrategy[int]]
+    #: plain options for the non-hypothesis tests
+    simple: Options
+    simple_size: int = 4
+
+    @property
+    def id(self) -> str:
+        return self.lazy.__name__
+
+    def input(self, options: Options, size: int, batched: bool = True) -> torch.Tensor:
+        return torch.randn(self.shape(options, size, batched))
+
+    def example(self) -> torch.Tensor:
+        return self.input(self.simple, self.simple_size)
+
+
+def _linear_options() -> st.SearchStrategy[Options]:
+    return st.fixed_dictionaries({"out_features": st.integers(1, 6), "bias": st.booleans()})
+
+
+def _linear_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+    return (2, 3, c) if batched else (c,)
+
+
+@st.composite
+def _conv_options(draw: st.DrawFn, transpose: bool) -> Options:
+    groups = draw(st.sampled_from([1, 2]))
+    stride = draw(st.integers(1, 2))
+    dilation = draw(st.integers(1, 2))
+    options: Options = {
+        "out_channels": groups * draw(st.integers(1, 3)),
+        "kernel_size": draw(st.integers(1, 3)),
+        "stride": stride,
+        "dilation": dilation,
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
+    if transpose:
+        options["padding"] = draw(st.integers(0, 1))
+        options["output_padding"] = draw(st.integers(0, max(stride, dilation) - 1))
+    else:
+        mode = draw(st.sampled_from(["zeros", "reflect", "replicate", "circular"]))
+        options["padding_mode"] = mode
+        options["padding"] = (
+            draw(st.sampled_from([0, 1, "same"])) if stride == 1 else draw(st.integers(0, 1))
+        )
+    return options
+
+
+def _conv_shape(rank: int) -> Callable[[Options, int, bool], tuple[int, ...]]:
+    spatial = (7,) * rank if rank < 3 else (5,) * rank
+
+    def shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+        return ((2, c) if batched else (c,)) + spatial
+
+    return shape
+
+
+def _groups_sizes(o: Options) -> st.SearchStrategy[int]:
+    return st.integers(1, 3).map(lambda k: k * o.get("groups", 1))
+
+
+def _any_size(o: Options) -> st.SearchStrategy[int]:
+    return st.integers(1, 5)
+
+
+def _norm_options(default: bool) -> st.SearchStrategy[Options]:
+    return st.fixed_dictionaries(
+        {
+            "eps": st.sampled_from([1e-5, 1e-3]),
+            "momentum": st.sampled_from([0.1, 0.5, None]),
+            "affine": st.booleans(),
+            "track_running_stats": st.booleans(),
+        }
+    )
+
+
+def _norm_shape(batched_rank: int, unbatched: bool) -> Callable[[Options, int, bool], tuple[int, ...]]:
+    def shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+        spatial = (4,) * (batched_rank - 2)
+        if batched or not unbatched:
+            return (3, c, *spatial)
+        return (c, *spatial)
+
+    return shape
+
+
+ROWS: list[Row] = [
+    Row(lazynn.LazyLinear, nn.Linear, "in_features", _linear_options(), _linear_shape,
+        _any_size, {"out_features": 3}),
+]
+for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
+    [
+        (lazynn.LazyConv1d, nn.Conv1d, lazynn.LazyConvTranspose1d, nn.ConvTranspose1d),
+        (lazynn.LazyConv2d, nn.Conv2d, lazynn.LazyConvTranspose2d, nn.ConvTranspose2d),
+        (lazynn.LazyConv3d, nn.Conv3d, lazynn.LazyConvTranspose3d, nn.ConvTranspose3d),
+    ],
+    start=1,
+):
+    ROWS.append(Row(_lazy, _eager, "in_channels", _conv_options(False), _conv_shape(_rank),
+                    _groups_sizes, {"out_channels": 4, "kernel_size": 3}))
+    ROWS.append(Row(_lazy_t, _eager_t, "in_channels", _conv_options(True), _conv_shape(_rank),
+                    _groups_sizes, {"out_channels": 4, "kernel_size": 3}))
+for _lazy, _eager, _brank, _unbatched, _affine in [
+    (lazynn.LazyBatchNorm1d, nn.BatchNorm1d, 3, False, True),
+    (lazynn.LazyBatchNorm2d, nn.BatchNorm2d, 4, False, True),
+    (lazynn.LazyBatchNorm3d, nn.BatchNorm3d, 5, False, True),
+    (lazynn.LazyInstanceNorm1d, nn.InstanceNorm1d, 3, True, False),
+    (lazynn.LazyInstanceNorm2d, nn.InstanceNorm2d, 4, True, False),
+    (lazynn.LazyInstanceNorm3d, nn.InstanceNorm3d, 5, True, False),
+]:
+    ROWS.append(Row(_lazy, _eager, "num_features", _norm_options(_affine),
+                    _norm_shape(_brank, _unbatched), _any_size,
+                    {"affine": True, "track_running_stats": True}))
+
+#: rows whose layers accept an unbatched input
+UNBATCHED = {r.lazy for r in ROWS if r.lazy.__name__.startswith(("LazyConv", "LazyInstance"))}
+
+
+def build_pair(row: Row, options: Options, size: int, seed: int = 0,
+               batched: bool = True) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    """(lazy after its first call, eager twin, input): both initialized under ``seed``."""
+    x = row.input(options, size, batched)
+    torch.manual_seed(seed)
+    lazy = row.lazy(**options)
+    lazy(x)
+    torch.manual_seed(seed)
+    eager = row.eager(**{row.inferred: size}, **options)
+    eager(x)
+    return lazy, eager, x

@@ -1,0 +1,64 @@
+"""Same seed, same numbers: a lazy layer after its first call equals its eager twin, bit for bit.
+
+For every row of the registry, over hypothesis-drawn options and sizes: parameters, buffers
+(running statistics after the call), outputs and gradients are identical, and the module
+is exactly the eager class, with the same attributes and state_dict layout.
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+from registry import ROWS, UNBATCHED, Row
+
+from lazynn._errors import shape_str
+
+
+def assert_identical(lazy: torch.nn.Module, eager: torch.nn.Module) -> None:
+    assert type(lazy) is type(eager)
+    assert repr(lazy) == repr(eager)
+    assert vars(lazy).keys() == vars(eager).keys()
+    assert not lazy._forward_pre_hooks and not lazy._load_state_dict_pre_hooks
+    ls, es = lazy.state_dict(), eager.state_dict()
+    assert list(ls) == list(es)
+    for key in es:
+        assert type(ls[key]) is type(es[key]), key
+        assert ls[key].dtype == es[key].dtype, key
+        assert torch.equal(ls[key], es[key]), key
+    for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(), strict=True):
+        assert type(p) is type(q) is torch.nn.Parameter, name
+        assert p.requires_grad == q.requires_grad
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
+@settings(max_examples=12, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**31 - 1), train=st.booleans(),
+       batched=st.booleans())
+def test_lazy_equals_eager(row: Row, data: st.DataObject, seed: int, train: bool,
+                           batched: bool) -> None:
+    options = data.draw(row.options, label="options")
+    size = data.draw(row.sizes(options), label=row.inferred)
+    batched = batched or row.lazy not in UNBATCHED
+    x = row.input(options, size, batched)
+    torch.manual_seed(seed)
+    lazy = row.lazy(**options).train(train)
+    y_lazy = lazy(x.clone().requires_grad_())
+    torch.manual_seed(seed)
+    eager = row.eager(**{row.inferred: size}, **options).train(train)
+    x_eager = x.clone().requires_grad_()
+    y_eager = eager(x_eager)
+    assert getattr(lazy, row.inferred) == size, shape_str(x.shape)
+    assert torch.equal(y_lazy, y_eager)
+    assert_identical(lazy, eager)
+    y_lazy.sum().backward()
+    y_eager.sum().backward()
+    for p, q in zip(lazy.parameters(), eager.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
+
+
+def test_registry_covers_torch_lazy_layers() -> None:
+    """Every lazy layer torch ships has a lazynn twin of the same name in the registry."""
+    torch_lazy = {n for n in dir(torch.nn) if n.startswith("Lazy") and n != "LazyModuleMixin"}
+    assert torch_lazy <= {r.lazy.__name__ for r in ROWS}
