@@ -6,7 +6,8 @@ A batched input ``(N, C, *spatial)`` gives ``C`` at dimension 1; an unbatched on
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -97,34 +98,34 @@ def _doc(eager: type[Any], rank: int) -> str:
 class LazyConv1d(_LazyConvNd, nn.Conv1d):
     __doc__ = _doc(nn.Conv1d, 1)
     cls_to_become = nn.Conv1d
-    inferred = {"in_channels": _channels(1)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_channels": _channels(1)}
 
 
 class LazyConv2d(_LazyConvNd, nn.Conv2d):
     __doc__ = _doc(nn.Conv2d, 2)
     cls_to_become = nn.Conv2d
-    inferred = {"in_channels": _channels(2)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_channels": _channels(2)}
 
 
 class LazyConv3d(_LazyConvNd, nn.Conv3d):
     __doc__ = _doc(nn.Conv3d, 3)
     cls_to_become = nn.Conv3d
-    inferred = {"in_channels": _channels(3)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_channels": _channels(3)}
 
 
 class LazyConvTranspose1d(_LazyConvTransposeNd, nn.ConvTranspose1d):
     __doc__ = _doc(nn.ConvTranspose1d, 1)
     cls_to_become = nn.ConvTranspose1d
-    inferred = {"in_channels": _channels(1)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_channels": _channels(1)}
 
 
 class LazyConvTranspose2d(_LazyConvTransposeNd, nn.ConvTranspose2d):
     __doc__ = _doc(nn.ConvTranspose2d, 2)
     cls_to_become = nn.ConvTranspose2d
-    inferred = {"in_channels": _channels(2)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_channels": _channels(2)}
 
 
 class LazyConvTranspose3d(_LazyConvTransposeNd, nn.ConvTranspose3d):
     __doc__ = _doc(nn.ConvTranspose3d, 3)
     cls_to_become = nn.ConvTranspose3d
-    inferred = {"in_channels": _channels(3)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_channels": _channels(3)}

@@ -248,7 +248,9 @@ class LazyLayer(LazyModuleMixin):
             sizes[name] = int(value.shape[dim])
         return sizes
 
-    def _lazynn_argument(self, arg: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _lazynn_argument(
+        self, arg: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         import inspect
 
         names = list(inspect.signature(self.cls_to_become.forward).parameters)[1:]
@@ -281,7 +283,11 @@ class LazyLayer(LazyModuleMixin):
                     and dtype in _LOWER_PRECISION
                 )
             if not ok:
-                want = f"a {expected} input (the layer's dtype)" if expected else "a floating-point input"
+                want = (
+                    f"a {expected} input (the layer's dtype)"
+                    if expected
+                    else "a floating-point input"
+                )
                 raise InferenceError(
                     message(
                         module_path(self),  # type: ignore[arg-type]
@@ -382,12 +388,11 @@ class LazyLayer(LazyModuleMixin):
     # --- building from a checkpoint -------------------------------------------------------
     def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
         found: dict[tuple[str, str], torch.Size] = {}
-        for path, name, tensor in self._lazynn_slots():
+        for path, name, _ in self._lazynn_slots():
             key = prefix + (f"{path}.{name}" if path else name)
             value = state_dict.get(key)
-            if is_placeholder(tensor) and isinstance(value, torch.Tensor):
-                if not is_placeholder(value):
-                    found[(path, name)] = value.shape
+            if isinstance(value, torch.Tensor) and not is_placeholder(value):
+                found[(path, name)] = value.shape
         if not found:
             return  # nothing built in the checkpoint: stay unbuilt
         where = module_path(self, prefix[:-1])  # type: ignore[arg-type]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -30,7 +33,7 @@ class LazyLinear(LazyLayer, nn.Linear):
     """
 
     cls_to_become = nn.Linear
-    inferred = {"in_features": Infer(dim=-1)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"in_features": Infer(dim=-1)}
 
     def __init__(
         self,

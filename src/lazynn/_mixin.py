@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -32,6 +32,12 @@ from ._errors import UnbuiltError, message, module_path
 from ._placeholder import _raw, is_placeholder
 
 __all__ = ["LazyModuleMixin", "is_unbuilt"]
+
+# Type checkers see the mixin as the nn.Module it is always mixed into.
+if TYPE_CHECKING:
+    _ModuleForTyping = nn.Module
+else:
+    _ModuleForTyping = object
 
 #: One lock for every materialization in the process. A build happens once per module, so
 #: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
@@ -73,7 +79,7 @@ class _Snapshot:
 
     def __init__(self, root: nn.Module) -> None:
         self.modules = [(m, m.__class__, dict(m.__dict__)) for m in root.modules()]
-        self.dicts = [
+        self.dicts: list[tuple[dict[str, Any], dict[str, Any]]] = [
             (d, dict(d))
             for m in root.modules()
             for d in (m._parameters, m._buffers, m._modules)
@@ -82,26 +88,26 @@ class _Snapshot:
             (t, t.__class__, _raw(t), dict(t.__dict__))
             for m in root.modules()
             for t in (*m._parameters.values(), *m._buffers.values())
-            if is_placeholder(t)
+            if t is not None and is_placeholder(t)
         ]
 
     def restore(self) -> None:
-        for module, cls, attrs in self.modules:
-            module.__class__ = cls
+        for module, module_cls, attrs in self.modules:
+            module.__class__ = module_cls
             module.__dict__.clear()
             module.__dict__.update(attrs)
         for d, content in self.dicts:
             d.clear()
             d.update(content)
-        for tensor, cls, raw, attrs in self.tensors:
+        for tensor, tensor_cls, raw, tensor_attrs in self.tensors:
             with torch._C.DisableTorchFunctionSubclass():
                 tensor.data = raw
-            tensor.__class__ = cls
+            tensor.__class__ = tensor_cls
             tensor.__dict__.clear()
-            tensor.__dict__.update(attrs)
+            tensor.__dict__.update(tensor_attrs)
 
 
-class LazyModuleMixin(_TorchLazyModuleMixin):
+class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     """Mixin for modules whose parameter shapes the first input decides.
 
     A subclass creates :class:`~lazynn.UninitializedParameter` /
@@ -234,7 +240,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin):
         for key, value in self.__dict__.items():
             if isinstance(value, (dict, set)):
                 new.__dict__[key] = copy.copy(value)
-        for tensors in (new._parameters, new._buffers):
+        tensor_dicts: tuple[dict[str, Any], ...] = (new._parameters, new._buffers)
+        for tensors in tensor_dicts:
             for name, tensor in tensors.items():
                 if is_placeholder(tensor):
                     tensors[name] = copy.deepcopy(tensor)

@@ -7,6 +7,9 @@ to True, contrary to their docs): a lazy layer must compute what its eager class
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -84,34 +87,34 @@ _IN3 = ("(C, D, H, W)", "(N, C, D, H, W)")
 class LazyBatchNorm1d(_LazyNorm, nn.BatchNorm1d):
     __doc__ = _doc(nn.BatchNorm1d, _BN1, True, "4, 3")
     cls_to_become = nn.BatchNorm1d
-    inferred = {"num_features": _spec(*_BN1)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_BN1)}
 
 
 class LazyBatchNorm2d(_LazyNorm, nn.BatchNorm2d):
     __doc__ = _doc(nn.BatchNorm2d, _BN2, True, "4, 3, 2, 2")
     cls_to_become = nn.BatchNorm2d
-    inferred = {"num_features": _spec(*_BN2)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_BN2)}
 
 
 class LazyBatchNorm3d(_LazyNorm, nn.BatchNorm3d):
     __doc__ = _doc(nn.BatchNorm3d, _BN3, True, "4, 3, 2, 2, 2")
     cls_to_become = nn.BatchNorm3d
-    inferred = {"num_features": _spec(*_BN3)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_BN3)}
 
 
 class LazyInstanceNorm1d(_LazyInstanceNorm, nn.InstanceNorm1d):
     __doc__ = _doc(nn.InstanceNorm1d, _IN1, False, "3, 5")
     cls_to_become = nn.InstanceNorm1d
-    inferred = {"num_features": _spec(*_IN1)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_IN1)}
 
 
 class LazyInstanceNorm2d(_LazyInstanceNorm, nn.InstanceNorm2d):
     __doc__ = _doc(nn.InstanceNorm2d, _IN2, False, "2, 3, 4, 4")
     cls_to_become = nn.InstanceNorm2d
-    inferred = {"num_features": _spec(*_IN2)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_IN2)}
 
 
 class LazyInstanceNorm3d(_LazyInstanceNorm, nn.InstanceNorm3d):
     __doc__ = _doc(nn.InstanceNorm3d, _IN3, False, "2, 3, 2, 2, 2")
     cls_to_become = nn.InstanceNorm3d
-    inferred = {"num_features": _spec(*_IN3)}
+    inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_IN3)}

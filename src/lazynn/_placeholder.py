@@ -96,8 +96,8 @@ def _func_name(func: Callable[..., Any]) -> str:
     owner = getattr(func, "__self__", None)
     if owner is not None and hasattr(owner, "__name__") and not isinstance(owner, type):
         return f"Tensor.{owner.__name__}"  # a descriptor's __get__ / __set__
-    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    module = getattr(func, "__module__", None) or ""
+    qual = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func)))
+    module = str(getattr(func, "__module__", None) or "")
     if qual.startswith(("TensorBase.", "Tensor.")):
         return "Tensor." + qual.split(".", 1)[1]
     if qual.startswith("_VariableFunctionsClass."):
@@ -180,11 +180,11 @@ class _Placeholder:
 
     def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
         """A new placeholder of this kind around ``raw``, keeping owner and persistence."""
-        new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[arg-type]
+        new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[type-var]
         for attr in ("_lazynn_owner", "persistent", "_is_buffer"):
             if attr in self.__dict__:
                 setattr(new, attr, self.__dict__[attr])
-        return new
+        return new  # type: ignore[return-value]
 
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
         if id(self) not in memo:
@@ -246,7 +246,7 @@ def _fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
         placeholder.__dict__.pop(attr, None)
 
 
-class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
+class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: ignore[misc,override]
     """A parameter whose shape is not known yet; becomes an ``nn.Parameter`` when built.
 
     Args:
@@ -271,7 +271,7 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
         return (type(self), (self.requires_grad, raw.device, raw.dtype))
 
 
-class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
+class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore[misc,override]
     """A buffer whose shape is not known yet; becomes a plain ``torch.Tensor`` when built.
 
     Args:
@@ -304,7 +304,7 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
 
 def is_placeholder(obj: object) -> bool:
     """True for a lazynn or torch placeholder (an uninitialized parameter or buffer)."""
-    return isinstance(obj, nn.parameter.UninitializedTensorMixin)
+    return isinstance(obj, nn.parameter.UninitializedTensorMixin)  # type: ignore[attr-defined]
 
 
 def is_lazy(obj: object) -> bool:
