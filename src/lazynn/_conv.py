@@ -47,9 +47,16 @@ class _LazyConvNd(LazyLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         self._lazynn_setup(
-            out_channels=out_channels, kernel_size=kernel_size, stride=stride,
-            padding=padding, dilation=dilation, groups=groups, bias=bias,
-            padding_mode=padding_mode, device=device, dtype=dtype,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            bias=bias,
+            padding_mode=padding_mode,
+            device=device,
+            dtype=dtype,
         )
 
 
@@ -69,9 +76,17 @@ class _LazyConvTransposeNd(LazyLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         self._lazynn_setup(
-            out_channels=out_channels, kernel_size=kernel_size, stride=stride,
-            padding=padding, output_padding=output_padding, groups=groups, bias=bias,
-            dilation=dilation, padding_mode=padding_mode, device=device, dtype=dtype,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            output_padding=output_padding,
+            groups=groups,
+            bias=bias,
+            dilation=dilation,
+            padding_mode=padding_mode,
+            device=device,
+            dtype=dtype,
         )
 
 

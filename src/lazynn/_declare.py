@@ -265,7 +265,8 @@ class LazyLayer(LazyModuleMixin):
 
     def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         floats = [
-            _raw(t).dtype for _, _, t in self._lazynn_slots()
+            _raw(t).dtype
+            for _, _, t in self._lazynn_slots()
             if is_placeholder(t) and (t.is_floating_point() or t.is_complex())
         ]
         for name, spec in self.inferred.items():
@@ -367,8 +368,11 @@ class LazyLayer(LazyModuleMixin):
                         f"'{_key((prefix, name))}' of shape {shape_str(source.shape)} "
                         "(from the inputs)",
                         "a substitute tensor "
-                        + ("that is unbuilt" if is_placeholder(current)
-                           else f"of shape {shape_str(current.shape)}")
+                        + (
+                            "that is unbuilt"
+                            if is_placeholder(current)
+                            else f"of shape {shape_str(current.shape)}"
+                        )
                         + " (torch.func.functional_call or a torch.func transform)",
                         "build the model with a plain call first (model(example)), then take "
                         "its parameters for torch.func; the layer is still unbuilt",

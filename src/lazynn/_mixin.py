@@ -80,9 +80,7 @@ class _Snapshot:
     def __init__(self, root: nn.Module) -> None:
         self.modules = [(m, m.__class__, dict(m.__dict__)) for m in root.modules()]
         self.dicts: list[tuple[dict[str, Any], dict[str, Any]]] = [
-            (d, dict(d))
-            for m in root.modules()
-            for d in (m._parameters, m._buffers, m._modules)
+            (d, dict(d)) for m in root.modules() for d in (m._parameters, m._buffers, m._modules)
         ]
         self.tensors = [
             (t, t.__class__, _raw(t), dict(t.__dict__))
@@ -149,7 +147,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             yield from (t for t in module._parameters.values() if t is not None)
             yield from (t for t in module._buffers.values() if t is not None)
             stack.extend(
-                m for m in module._modules.values()
+                m
+                for m in module._modules.values()
                 if m is not None and not isinstance(m, _TorchLazyModuleMixin)
             )
 
@@ -207,8 +206,10 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         with its entry's shape; the class swap waits for the first call."""
         for name, tensor in (*self._parameters.items(), *self._buffers.items()):
             value = state_dict.get(prefix + name)
-            if is_placeholder(tensor) and isinstance(value, torch.Tensor) and not is_placeholder(
-                value
+            if (
+                is_placeholder(tensor)
+                and isinstance(value, torch.Tensor)
+                and not is_placeholder(value)
             ):
                 tensor.materialize(value.shape)  # type: ignore[union-attr]
 

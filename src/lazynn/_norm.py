@@ -39,11 +39,14 @@ class _LazyNorm(LazyLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         self._lazynn_setup(
-            eps=eps, momentum=momentum,
+            eps=eps,
+            momentum=momentum,
             affine=self._defaults[0] if affine is None else affine,
-            track_running_stats=self._defaults[1] if track_running_stats is None
+            track_running_stats=self._defaults[1]
+            if track_running_stats is None
             else track_running_stats,
-            device=device, dtype=dtype,
+            device=device,
+            dtype=dtype,
         )
 
 
@@ -71,8 +74,10 @@ def _spec(*layouts: str) -> Infer:
 
 def _doc(eager: type[nn.Module], layouts: tuple[str, ...], affine: bool, example: str) -> str:
     return _DOC.format(
-        eager=eager.__name__, layouts=" or ".join(f"``{lay}``" for lay in layouts),
-        affine=affine, example=example,
+        eager=eager.__name__,
+        layouts=" or ".join(f"``{lay}``" for lay in layouts),
+        affine=affine,
+        example=example,
     )
 
 

@@ -174,8 +174,7 @@ class _Placeholder:
         raw = _raw(self)  # type: ignore[arg-type]
         grad = self.requires_grad  # type: ignore[attr-defined]
         return (
-            f"<{type(self).__name__}(dtype={raw.dtype}, device={raw.device}, "
-            f"requires_grad={grad})>"
+            f"<{type(self).__name__}(dtype={raw.dtype}, device={raw.device}, requires_grad={grad})>"
         )
 
     def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
@@ -189,8 +188,9 @@ class _Placeholder:
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
         if id(self) not in memo:
             raw = _raw(self)  # type: ignore[arg-type]
-            memo[id(self)] = self._like(torch.empty(0, dtype=raw.dtype, device=raw.device),
-                                        self.requires_grad)  # type: ignore[attr-defined]
+            memo[id(self)] = self._like(
+                torch.empty(0, dtype=raw.dtype, device=raw.device), self.requires_grad
+            )  # type: ignore[attr-defined]
         return memo[id(self)]  # type: ignore[no-any-return]
 
     @classmethod
@@ -227,8 +227,13 @@ class _Placeholder:
         culprit = next((a for a in args if isinstance(a, _Placeholder)), None)
         if culprit is None:  # a placeholder nested in a container argument
             culprit = next(
-                (v for a in args if isinstance(a, (list, tuple)) for v in a
-                 if isinstance(v, _Placeholder)),
+                (
+                    v
+                    for a in args
+                    if isinstance(a, (list, tuple))
+                    for v in a
+                    if isinstance(v, _Placeholder)
+                ),
                 None,
             )
         if culprit is None:
@@ -321,9 +326,11 @@ def is_lazy(obj: object) -> bool:
     if isinstance(obj, nn.Module):
         from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-        return any(isinstance(m, TorchLazy) for m in obj.modules()) or any(
-            is_placeholder(t) for t in obj.parameters()
-        ) or any(is_placeholder(t) for t in obj.buffers())
+        return (
+            any(isinstance(m, TorchLazy) for m in obj.modules())
+            or any(is_placeholder(t) for t in obj.parameters())
+            or any(is_placeholder(t) for t in obj.buffers())
+        )
     return is_placeholder(obj)
 
 
