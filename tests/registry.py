@@ -107,7 +107,9 @@ def _norm_options(default: bool) -> st.SearchStrategy[Options]:
     )
 
 
-def _norm_shape(batched_rank: int, unbatched: bool) -> Callable[[Options, int, bool], tuple[int, ...]]:
+def _norm_shape(
+    batched_rank: int, unbatched: bool
+) -> Callable[[Options, int, bool], tuple[int, ...]]:
     def shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
         spatial = (4,) * (batched_rank - 2)
         if batched or not unbatched:

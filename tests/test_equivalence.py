@@ -11,16 +11,17 @@ import hypothesis.strategies as st
 import pytest
 import torch
 from hypothesis import given, settings
-from registry import ROWS, UNBATCHED, Row
 
 from lazynn._errors import shape_str
+from registry import ROWS, UNBATCHED, Row
 
 
 def assert_identical(lazy: torch.nn.Module, eager: torch.nn.Module) -> None:
     assert type(lazy) is type(eager)
     assert repr(lazy) == repr(eager)
     assert vars(lazy).keys() == vars(eager).keys()
-    assert not lazy._forward_pre_hooks and not lazy._load_state_dict_pre_hooks
+    assert not lazy._forward_pre_hooks
+    assert not lazy._load_state_dict_pre_hooks
     ls, es = lazy.state_dict(), eager.state_dict()
     assert list(ls) == list(es)
     for key in es:

@@ -13,7 +13,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 def _load(name: str) -> object:
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

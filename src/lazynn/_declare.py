@@ -25,6 +25,7 @@ A lazy layer is a few lines::
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -32,8 +33,16 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._errors import CheckpointError, InferenceError, describe, message, module_path, shape_str
-from ._mixin import LazyModuleMixin, is_unbuilt
+from ._errors import (
+    CheckpointError,
+    InferenceError,
+    UnbuiltError,
+    describe,
+    message,
+    module_path,
+    shape_str,
+)
+from ._mixin import LazyModuleMixin
 from ._placeholder import UninitializedBuffer, UninitializedParameter, _fill, _raw, is_placeholder
 
 __all__ = ["UNKNOWN", "Infer", "LazyLayer"]
@@ -60,6 +69,20 @@ class _Unknown:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Unknown:
         return self
+
+    def _refuse(self, *args: object) -> bool:
+        raise UnbuiltError(
+            message(
+                "an inferred size (shown as ?)",
+                "a built layer to compare or compute with it",
+                "a layer whose sizes the first input has not decided yet",
+                "call the model on an example input (model(x), not model.forward(x), which "
+                "skips the build) or load a built checkpoint first",
+            )
+        )
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __hash__ = object.__hash__
 
 
 #: The value of an inferred size (``in_features``...) before the build.
@@ -206,7 +229,14 @@ class LazyLayer(LazyModuleMixin):
         The placeholders made at construction, even while ``torch.func.functional_call``
         has put other tensors in their place.
         """
-        for (prefix, name), tensor in self._lazynn_placeholders.items():
+        modules = dict(self.named_modules())
+        record = self._lazynn_placeholders
+        for (prefix, name), tensor in record.items():
+            installed = getattr(modules[prefix], name)
+            if installed is not tensor and is_placeholder(installed):
+                # A move replaced the placeholder (`.to("meta")` can't change a tensor's
+                # device in place, so nn.Module._apply installs a new one): follow it.
+                record[(prefix, name)] = tensor = installed
             yield prefix, name, tensor
 
     def __copy__(self) -> LazyLayer:
@@ -317,10 +347,13 @@ class LazyLayer(LazyModuleMixin):
                 )
             ) from error
         shadow.train(self.training)
+        _match_dtypes(shadow, self._lazynn_slots())
         meta_args = _map_tensors(_to_meta, args)
         meta_kwargs = _map_tensors(_to_meta, kwargs)
         try:
-            with torch.no_grad():
+            # The real forward warns as eager does; the meta rehearsal must not warn first.
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 shadow(*meta_args, **meta_kwargs)
         except Exception as error:
             if _meta_limitation(error):
@@ -367,13 +400,7 @@ class LazyLayer(LazyModuleMixin):
                         module_path(self),  # type: ignore[arg-type]
                         f"'{_key((prefix, name))}' of shape {shape_str(source.shape)} "
                         "(from the inputs)",
-                        "a substitute tensor "
-                        + (
-                            "that is unbuilt"
-                            if is_placeholder(current)
-                            else f"of shape {shape_str(current.shape)}"
-                        )
-                        + " (torch.func.functional_call or a torch.func transform)",
+                        _describe_substitute(current),
                         "build the model with a plain call first (model(example)), then take "
                         "its parameters for torch.func; the layer is still unbuilt",
                     )
@@ -478,12 +505,29 @@ class LazyLayer(LazyModuleMixin):
             sizes[name] = solved
         return sizes
 
-    # --- calling .forward() directly -------------------------------------------------------
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Build from these inputs if needed, then run the eager forward."""
-        if is_unbuilt(self):  # type: ignore[arg-type]
-            self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
-        return type(self).forward(self, *args, **kwargs)
+
+def _match_dtypes(shadow: nn.Module, slots: Iterator[tuple[str, str, torch.Tensor]]) -> None:
+    """Give a meta shadow the dtypes the placeholders were moved to (``.double()``...)."""
+    modules = dict(shadow.named_modules())
+    for prefix, name, placeholder in slots:
+        module = modules[prefix]
+        tensor = getattr(module, name)
+        dtype = _raw(placeholder).dtype
+        if tensor is not None and tensor.dtype != dtype:
+            if name in module._parameters:
+                module._parameters[name] = nn.Parameter(tensor.to(dtype), tensor.requires_grad)
+            else:
+                module._buffers[name] = tensor.to(dtype)
+
+
+def _describe_substitute(tensor: torch.Tensor) -> str:
+    """What torch.func.functional_call put in a placeholder's place, for an error message."""
+    if is_placeholder(tensor) or tensor.numel() == 0:
+        return "an unbuilt placeholder seen through torch.func (functional_call or a transform)"
+    return (
+        f"a tensor of shape {shape_str(tensor.shape)} from torch.func.functional_call, "
+        "which does not fit"
+    )
 
 
 def _meta_limitation(error: Exception) -> bool:

@@ -228,6 +228,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         super(_TorchLazyModuleMixin, self)._save_to_state_dict(  # type: ignore[misc]
             destination, prefix, keep_vars
         )
+        for key in [k for k in destination if k.startswith(prefix)]:
+            entry = destination[key]
+            if is_placeholder(entry) and entry is not self._parameters.get(key[len(prefix) :]):
+                # Named in the error if this entry is loaded into a built model.
+                entry._lazynn_checkpoint = f"'{key}' (saved from an unbuilt {type(self).__name__})"
 
     def _lazy_load_hook(self, *args: Any, **kwargs: Any) -> None:
         """Unused: lazynn loads through ``_load_from_state_dict`` (kept for torch parity)."""
@@ -256,6 +261,21 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             handle.id = self._initialize_hook.id
             new.__dict__["_initialize_hook"] = handle
         return new
+
+    def __prepare_scriptable__(self) -> LazyModuleMixin:
+        # torch.jit.script calls this on every submodule before it inspects any of them, so
+        # a nested unbuilt layer gets this message rather than one about its `?` sizes.
+        if is_unbuilt(self):
+            raise UnbuiltError(
+                message(
+                    module_path(self),
+                    "a built module for torch.jit.script",
+                    "a module that has uninitialized parameters (it is not built yet)",
+                    "call the model once on an example input (or load a built checkpoint), "
+                    "then script it",
+                )
+            )
+        return self
 
     def _replicate_for_data_parallel(self) -> Any:
         raise UnbuiltError(

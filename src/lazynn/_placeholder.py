@@ -24,6 +24,7 @@ ecosystem recognizes them: ``torch.nn.parameter.is_lazy(p)`` is True, and DDP, T
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -94,10 +95,12 @@ _CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
 
 def _func_name(func: Callable[..., Any]) -> str:
     owner = getattr(func, "__self__", None)
-    if owner is not None and hasattr(owner, "__name__") and not isinstance(owner, type):
-        return f"Tensor.{owner.__name__}"  # a descriptor's __get__ / __set__
+    if getattr(func, "__name__", "") in ("__get__", "__set__") and owner is not None:
+        return f"Tensor.{owner.__name__}"  # a property such as Tensor.shape
     qual = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func)))
     module = str(getattr(func, "__module__", None) or "")
+    if isinstance(owner, types.ModuleType) and owner.__name__ == "torch._C._nn":
+        return f"torch.nn.functional.{qual}"
     if qual.startswith(("TensorBase.", "Tensor.")):
         return "Tensor." + qual.split(".", 1)[1]
     if qual.startswith("_VariableFunctionsClass."):
@@ -124,14 +127,28 @@ class _Placeholder:
         return getattr(self, "_lazynn_owner", f"this {type(self).__name__}")
 
     def _refuse(self, what: str) -> UnbuiltError:
+        key = self.__dict__.get("_lazynn_checkpoint")
+        if key is not None:
+            return UnbuiltError(
+                message(
+                    f"checkpoint entry {key}",
+                    f"a built tensor for {what}",
+                    f"an unbuilt {type(self).__name__}, which holds no values (loading the "
+                    "state_dict of an unbuilt model into a built one is the usual cause)",
+                    "build the source model before taking its state_dict, or drop the unbuilt "
+                    "entries: {k: v for k, v in sd.items() if not lazynn.is_lazy(v)} and load "
+                    "with strict=False",
+                )
+            )
         return UnbuiltError(
             message(
                 self._owner(),
                 f"a built tensor for {what}",
                 f"an unbuilt {type(self).__name__}, whose shape the first input decides",
-                "build the module first: call the model once on an example input, or load "
-                "a built checkpoint with load_state_dict; then do this (optimizers that need "
-                "shapes at construction, like Adagrad, must be created after the build)",
+                "build the module first: call the model on an example input (model(x), not "
+                "model.forward(x), which skips the build) or load a built checkpoint with "
+                "load_state_dict; then do this. Optimizers that need shapes at construction "
+                "(Adagrad) must be created after the build",
             )
         )
 
@@ -180,7 +197,7 @@ class _Placeholder:
     def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
         """A new placeholder of this kind around ``raw``, keeping owner and persistence."""
         new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[type-var]
-        for attr in ("_lazynn_owner", "persistent", "_is_buffer"):
+        for attr in ("_lazynn_owner", "_lazynn_checkpoint", "persistent", "_is_buffer"):
             if attr in self.__dict__:
                 setattr(new, attr, self.__dict__[attr])
         return new  # type: ignore[return-value]
@@ -188,9 +205,8 @@ class _Placeholder:
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
         if id(self) not in memo:
             raw = _raw(self)  # type: ignore[arg-type]
-            memo[id(self)] = self._like(
-                torch.empty(0, dtype=raw.dtype, device=raw.device), self.requires_grad
-            )  # type: ignore[attr-defined]
+            grad: bool = self.requires_grad  # type: ignore[attr-defined]
+            memo[id(self)] = self._like(torch.empty(0, dtype=raw.dtype, device=raw.device), grad)
         return memo[id(self)]  # type: ignore[no-any-return]
 
     @classmethod
@@ -224,18 +240,9 @@ class _Placeholder:
                 return func(*args, **kwargs)
             elif func is torch.Tensor.copy_ and all(is_placeholder(a) for a in args[:2]):
                 return self  # unbuilt into unbuilt: there is nothing to copy
-        culprit = next((a for a in args if isinstance(a, _Placeholder)), None)
-        if culprit is None:  # a placeholder nested in a container argument
-            culprit = next(
-                (
-                    v
-                    for a in args
-                    if isinstance(a, (list, tuple))
-                    for v in a
-                    if isinstance(v, _Placeholder)
-                ),
-                None,
-            )
+        values = [*args, *kwargs.values()]
+        nested = [v for a in values if isinstance(a, (list, tuple)) for v in a]
+        culprit = next((a for a in (*values, *nested) if isinstance(a, _Placeholder)), None)
         if culprit is None:
             raise UnbuiltError(f"an unbuilt placeholder was passed to {_func_name(func)}")
         raise culprit._refuse(_func_name(func))
@@ -247,7 +254,7 @@ def _fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
         placeholder.data = data
     target = type(placeholder).cls_to_become  # type: ignore[attr-defined]
     placeholder.__class__ = target
-    for attr in ("_lazynn_owner", "_is_buffer", "persistent"):
+    for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent"):
         placeholder.__dict__.pop(attr, None)
 
 

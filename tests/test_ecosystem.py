@@ -1,0 +1,353 @@
+"""The torch ecosystem sees lazynn modules as lazy, and works with them.
+
+torch.compile (dynamo's lazy-module protocol), DistributedDataParallel, TorchScript and
+DataParallel's replication refuse or build an unbuilt lazynn model the way they do torch's
+own lazy modules; ``torch.func.functional_call``, direct ``.forward()`` calls, input-reshaping
+forward pre-hooks and ``torch.func.grad`` as the first call either build the module
+correctly or fail with a clear lazynn error that leaves it unbuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.multiprocessing as torch_mp
+from torch import nn
+from torch.func import functional_call
+
+import lazynn
+from lazynn._mixin import is_unbuilt
+from lazynn._placeholder import is_placeholder
+from registry import Row
+
+
+def _all_tensors(module: nn.Module) -> list[torch.Tensor]:
+    return [*module.parameters(), *module.buffers()]
+
+
+def assert_unbuilt(module: nn.Module, lazy_class: type[nn.Module]) -> None:
+    """Still entirely unbuilt: lazy class, build hook attached, every tensor a placeholder."""
+    assert type(module) is lazy_class
+    assert is_unbuilt(module)
+    assert lazynn.is_lazy(module)
+    tensors = _all_tensors(module)
+    assert tensors
+    for t in tensors:
+        assert type(t) in (lazynn.UninitializedParameter, lazynn.UninitializedBuffer)
+
+
+def assert_same_state(lazy: nn.Module, eager: nn.Module) -> None:
+    """Same class, same state_dict bit for bit, no lazy machinery left."""
+    assert type(lazy) is type(eager)
+    assert not is_unbuilt(lazy)
+    assert not lazy._forward_pre_hooks
+    ls, es = lazy.state_dict(), eager.state_dict()
+    assert list(ls) == list(es)
+    for key in es:
+        assert type(ls[key]) is type(es[key]), key
+        assert torch.equal(ls[key], es[key]), key
+
+
+def eager_twin(row: Row, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return row.eager(**{row.inferred: row.simple_size}, **row.simple)
+
+
+# --- recognized as lazy -----------------------------------------------------------------------
+
+
+def test_torch_is_lazy_recognizes_placeholders(row: Row) -> None:
+    layer = row.lazy(**row.simple)
+    tensors = _all_tensors(layer)
+    assert tensors
+    for t in tensors:
+        assert torch.nn.parameter.is_lazy(t)
+    layer(row.example())
+    for t in _all_tensors(layer):
+        assert not torch.nn.parameter.is_lazy(t)
+
+
+# --- torch.compile ----------------------------------------------------------------------------
+
+
+class _Net(nn.Module):
+    """A user model: conv, batchnorm, and a Sequential head with Flatten + Linear."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        if lazy:
+            self.conv: nn.Module = lazynn.LazyConv2d(4, 3)
+            self.bn: nn.Module = lazynn.LazyBatchNorm2d()
+            self.head = nn.Sequential(nn.Flatten(), lazynn.LazyLinear(5))
+        else:
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.bn = nn.BatchNorm2d(4)
+            self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.conv(x))))
+
+
+@pytest.fixture
+def dynamo_reset() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("dynamo_reset")
+def test_compile_fullgraph_builds_nested_lazy_layers() -> None:
+    x = torch.randn(2, 3, 8, 8)
+    torch.manual_seed(0)
+    model = _Net(lazy=True)
+    compiled = torch.compile(model, backend="inductor", fullgraph=True)
+    y = compiled(x)  # fullgraph=True: any graph break raises here
+    torch.manual_seed(0)
+    eager = _Net(lazy=False)
+    y_eager = eager(x)
+
+    assert [type(m) for m in model.modules()] == [type(m) for m in eager.modules()]
+    assert not any(is_unbuilt(m) or m._forward_pre_hooks for m in model.modules())
+    assert not lazynn.is_lazy(model)
+    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
+                                 strict=True):
+        assert type(p) is nn.Parameter, name
+        assert torch.equal(p, q), name  # built eagerly under the same seed: bit-equal
+    # Inductor may fuse and reorder float math, so the outputs (and the running statistics
+    # they update) are close, not bit-equal.
+    torch.testing.assert_close(y, y_eager)
+    for (name, b), (_, c) in zip(model.named_buffers(), eager.named_buffers(), strict=True):
+        torch.testing.assert_close(b, c, msg=name)
+    # The compiled model keeps working on the built modules.
+    torch.testing.assert_close(compiled(x), eager(x))
+
+
+@pytest.mark.usefixtures("dynamo_reset")
+def test_compile_fullgraph_of_a_bare_lazy_layer() -> None:
+    # torch's own nn.LazyLinear compiles with fullgraph=True as the root module.
+    x = torch.randn(2, 5)
+    torch.manual_seed(0)
+    layer = lazynn.LazyLinear(3)
+    y = torch.compile(layer, backend="inductor", fullgraph=True)(x)
+    torch.manual_seed(0)
+    eager = nn.Linear(5, 3)
+    assert_same_state(layer, eager)
+    torch.testing.assert_close(y, eager(x))
+
+
+# --- DistributedDataParallel ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ddp_worker(rank: int, world: int, port: int, results: Any) -> None:
+    """One rank: DDP must refuse the unbuilt model, then wrap it once built."""
+    import torch.distributed as dist
+
+    report: dict[str, Any] = {"rank": rank}
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
+        torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
+        model = nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(2))
+        try:
+            nn.parallel.DistributedDataParallel(model)
+            report["refusal"] = None
+        except RuntimeError as error:
+            report["refusal"] = str(error)
+        report["lazy_after_refusal"] = lazynn.is_lazy(model)
+        model(torch.randn(3, 5))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp(torch.randn(3, 5) + rank).sum().backward()
+        report["weights"] = [p.detach().sum().item() for p in model.parameters()]
+        report["grads"] = [p.grad.sum().item() for p in model.parameters()]
+        report["types"] = [type(m).__name__ for m in model]
+        dist.destroy_process_group()
+    except BaseException as error:  # reported to the parent, which fails the test
+        report["crash"] = repr(error)
+    results.put(report)
+
+
+def test_ddp_refuses_unbuilt_then_wraps_built() -> None:
+    world, timeout = 2, 120.0
+    ctx = torch_mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_ddp_worker, args=(r, world, port, results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    reports: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(reports) < world and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                reports.append(results.get(timeout=1.0))
+            if len(reports) < world and all(not p.is_alive() for p in procs):
+                with contextlib.suppress(queue.Empty):
+                    reports.append(results.get(timeout=5.0))
+                break
+        for p in procs:
+            p.join(max(1.0, deadline - time.monotonic()))
+    finally:
+        hung = [p for p in procs if p.is_alive()]
+        for p in hung:
+            p.terminate()
+            p.join(10)
+    assert not hung, f"DDP workers did not finish within {timeout} s"
+    codes = [p.exitcode for p in procs]
+    assert len(reports) == world, f"missing reports: {reports}, exit codes {codes}"
+    assert codes == [0] * world
+    for report in sorted(reports, key=lambda r: r["rank"]):
+        assert "crash" not in report, report
+        assert report["refusal"] is not None, "DDP wrapped an unbuilt lazynn model"
+        assert "uninitialized parameters" in report["refusal"], report["refusal"]
+        assert report["lazy_after_refusal"]
+        assert report["types"] == ["Linear", "ReLU", "Linear"]
+    # rank 0's weights were broadcast at wrap time; gradients were all-reduced.
+    assert reports[0]["weights"] == reports[1]["weights"]
+    assert reports[0]["grads"] == reports[1]["grads"]
+
+
+# --- TorchScript ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["bare", "nested"])
+def test_jit_script_refuses_unbuilt_then_scripts_built(row: Row, nested: bool) -> None:
+    layer = row.lazy(**row.simple)
+    model = nn.Sequential(nn.Identity(), layer) if nested else layer
+    with pytest.raises(RuntimeError, match=r"uninitialized (parameters|buffers)"):
+        torch.jit.script(model)
+    assert_unbuilt(layer, row.lazy)
+    x = row.example()
+    model.eval()
+    y = model(x)
+    scripted = torch.jit.script(model)
+    assert torch.equal(scripted(x), y)
+
+
+# --- DataParallel replication -----------------------------------------------------------------
+
+
+def test_data_parallel_replication_refuses_unbuilt(row: Row) -> None:
+    layer = row.lazy(**row.simple)
+    with pytest.raises(lazynn.UnbuiltError, match=row.lazy.__name__) as info:
+        layer._replicate_for_data_parallel()
+    text = str(info.value)
+    assert "DataParallel" in text
+    assert "Fix: build the model before wrapping it" in text
+    assert "call it once on an example input" in text
+    assert_unbuilt(layer, row.lazy)
+
+
+# --- item 10: first calls that are not plain calls --------------------------------------------
+
+
+def test_functional_call_with_real_tensors_builds_own_placeholders(row: Row) -> None:
+    x = row.example()
+    substitutes = dict(eager_twin(row, seed=123).state_dict())
+    torch.manual_seed(0)
+    layer = row.lazy(**row.simple)
+    own = {name: id(t) for name, t in (*layer.named_parameters(), *layer.named_buffers())}
+    y = functional_call(layer, {k: v.clone() for k, v in substitutes.items()}, (x,))
+    # the module's own placeholders were built (same objects), under the current seed
+    assert {n: id(t) for n, t in (*layer.named_parameters(), *layer.named_buffers())} == own
+    assert_same_state(layer, eager_twin(row, seed=0))
+    reference = eager_twin(row, seed=123)
+    assert torch.equal(y, functional_call(reference, dict(reference.state_dict()), (x,)))
+
+
+def test_functional_call_with_own_placeholders_builds(row: Row) -> None:
+    x = row.example()
+    torch.manual_seed(0)
+    layer = row.lazy(**row.simple)
+    own = {**dict(layer.named_parameters()), **dict(layer.named_buffers())}
+    y = functional_call(layer, own, (x,))
+    eager = eager_twin(row)
+    assert torch.equal(y, eager(x))
+    assert_same_state(layer, eager)
+    for name, t in own.items():  # the dict's placeholders are the built tensors
+        assert not is_placeholder(t), name
+        assert t is dict((*layer.named_parameters(), *layer.named_buffers()))[name]
+
+
+def test_direct_forward_call_is_refused_clearly(row: Row) -> None:
+    """`.forward()` skips hooks, so it cannot build: a clear error, and nothing changes.
+
+    (lazynn layers keep the eager `forward`, so `torch.compile` of a bare lazy layer can
+    inline it; see test_compile_fullgraph_of_a_bare_lazy_layer.)
+    """
+    x = row.example()
+    layer = row.lazy(**row.simple)
+    with pytest.raises(lazynn.UnbuiltError, match=r"model\(x\), not model\.forward\(x\)"):
+        layer.forward(x)
+    assert lazynn.is_lazy(layer)
+    assert type(layer) is row.lazy
+    torch.manual_seed(0)
+    y = layer(x)
+    eager = eager_twin(row)
+    assert torch.equal(y, eager(x))
+    assert_same_state(layer, eager)
+
+
+@pytest.mark.parametrize("with_kwargs", [False, True])
+def test_pre_hook_reshaping_input_runs_before_build(with_kwargs: bool) -> None:
+    layer = lazynn.LazyLinear(3)
+    if with_kwargs:
+        def hook(module: nn.Module, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            return (args[0].flatten(1),), kwargs
+    else:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:  # type: ignore[misc]
+            return (args[0].flatten(1),)
+    layer.register_forward_pre_hook(hook, with_kwargs=with_kwargs)
+    n, c, h, w = 2, 3, 4, 5
+    y = layer(torch.randn(n, c, h, w))
+    assert type(layer) is nn.Linear
+    assert layer.in_features == c * h * w
+    assert y.shape == (n, 3)
+    assert len(layer._forward_pre_hooks) == 1  # the user's hook stays, the build hook is gone
+
+
+def test_func_grad_over_functional_call_first_call(row: Row) -> None:
+    x = row.example()
+    torch.manual_seed(0)
+    layer = row.lazy(**row.simple)
+    params = dict(layer.named_parameters())
+
+    def loss(p: dict[str, torch.Tensor]) -> torch.Tensor:
+        return functional_call(layer, p, (x,)).sum()
+
+    try:
+        grads = torch.func.grad(loss)(params)
+    except lazynn.LazynnError as error:
+        text = str(error)
+        assert row.lazy.__name__ in text
+        assert "Fix:" in text
+        assert_unbuilt(layer, row.lazy)  # never half-built
+        torch.manual_seed(0)
+        layer(x)
+        eager = eager_twin(row)
+        eager(x)
+        assert_same_state(layer, eager)
+    else:  # it worked: the module is built, equal to eager, and the gradients are right
+        eager = eager_twin(row)
+        assert_same_state(layer, eager)
+        expected = torch.func.grad(
+            lambda p: functional_call(eager, p, (x,)).sum()
+        )(dict(eager.named_parameters()))
+        assert grads.keys() == expected.keys()
+        for name in expected:
+            assert torch.equal(grads[name], expected[name]), name
+

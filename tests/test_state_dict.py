@@ -1,0 +1,348 @@
+"""state_dict and load_state_dict: unbuilt or built source, into unbuilt or built target.
+
+* unbuilt -> unbuilt: loads, nothing to copy, the target stays unbuilt.
+* built -> unbuilt: builds the target (class swap, inferred size, values of the source).
+* unbuilt -> built: lazynn.UnbuiltError telling to build the source; the target is untouched.
+* built -> built: as torch.
+* a checkpoint whose sizes contradict the layer's arguments: lazynn.CheckpointError naming
+  the expected and received shapes; the target is left exactly as it was.
+* an unbuilt state_dict survives torch.save / torch.load(weights_only=True).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import lazynn
+from lazynn._errors import shape_str
+from registry import ROWS, Row, build_pair
+
+NORM_ROWS = [r for r in ROWS if "Norm" in r.lazy.__name__]
+
+
+def built(row: Row, seed: int, size: int | None = None) -> nn.Module:
+    """A lazy layer built by a train-mode call (so norm running stats are not the initial)."""
+    size = row.simple_size if size is None else size
+    x = row.input(row.simple, size)
+    torch.manual_seed(seed)
+    layer = row.lazy(**row.simple)
+    layer(x)
+    return layer
+
+
+def snapshot(module: nn.Module) -> dict[str, Any]:
+    """Everything a failed load must leave as it was."""
+    return {
+        "class": type(module),
+        "vars": dict(vars(module)),
+        "tensors": dict(module.state_dict(keep_vars=True)),
+        "meta": {
+            k: (type(t), t.dtype, t.device, t.requires_grad)
+            for k, t in module.state_dict(keep_vars=True).items()
+        },
+        "values": {
+            k: t.detach().clone() for k, t in module.state_dict().items() if not lazynn.is_lazy(t)
+        },
+        "hooks": dict(module._forward_pre_hooks),
+    }
+
+
+def assert_unchanged(module: nn.Module, before: dict[str, Any]) -> None:
+    after = snapshot(module)
+    assert after["class"] is before["class"]
+    assert after["vars"].keys() == before["vars"].keys()
+    for key, value in before["vars"].items():
+        assert after["vars"][key] is value or after["vars"][key] == value, key
+    assert after["tensors"].keys() == before["tensors"].keys()
+    for key, tensor in before["tensors"].items():
+        assert after["tensors"][key] is tensor, key
+    assert after["meta"] == before["meta"]
+    assert after["values"].keys() == before["values"].keys()
+    for key, value in before["values"].items():
+        assert torch.equal(after["values"][key], value), key
+    assert after["hooks"] == before["hooks"]
+
+
+def assert_same_state(module: nn.Module, source: nn.Module) -> None:
+    ours, theirs = module.state_dict(), source.state_dict()
+    assert list(ours) == list(theirs)
+    for key, value in theirs.items():
+        assert type(ours[key]) is type(value), key
+        assert ours[key].dtype == value.dtype, key
+        assert torch.equal(ours[key], value), key
+
+
+# --- unbuilt -> unbuilt -------------------------------------------------------------------
+def test_unbuilt_into_unbuilt(row: Row) -> None:
+    source = row.lazy(**row.simple)
+    target = row.lazy(**row.simple)
+    before = snapshot(target)
+    result = target.load_state_dict(source.state_dict())
+    assert not result.missing_keys
+    assert not result.unexpected_keys
+    assert lazynn.is_lazy(target)
+    assert_unchanged(target, before)
+    target(row.example())  # and it still builds on its first call
+    assert type(target) is row.eager
+
+
+# --- built -> unbuilt ---------------------------------------------------------------------
+def test_built_into_unbuilt_builds_the_target(row: Row) -> None:
+    source = built(row, seed=1)
+    target = row.lazy(**row.simple)
+    placeholders = list(target.parameters())
+    result = target.load_state_dict(source.state_dict())  # strict=True
+    assert not result.missing_keys
+    assert not result.unexpected_keys
+    assert type(target) is row.eager
+    assert not lazynn.is_lazy(target)
+    assert getattr(target, row.inferred) == row.simple_size
+    assert not target._forward_pre_hooks
+    assert repr(target) == repr(source)
+    assert vars(target).keys() == vars(source).keys()
+    assert_same_state(target, source)
+    for p in target.parameters():
+        assert type(p) is nn.Parameter
+    # built in place: an optimizer made before the load holds the loaded parameters
+    assert all(a is b for a, b in zip(placeholders, target.parameters(), strict=True))
+    x = row.example()
+    assert torch.equal(target(x), source(x))
+
+
+def test_built_into_unbuilt_keeps_the_target_dtype(row: Row) -> None:
+    """As torch: loading copies values into the target's own dtype."""
+    source = built(row, seed=1)
+    target = row.lazy(**row.simple, dtype=torch.float64)
+    target.load_state_dict(source.state_dict())
+    eager = row.eager(**{row.inferred: row.simple_size}, **row.simple, dtype=torch.float64)
+    eager.load_state_dict(source.state_dict())
+    assert type(target) is row.eager
+    ours = target.state_dict()
+    for key, value in eager.state_dict().items():
+        assert ours[key].dtype == value.dtype, key
+        assert torch.equal(ours[key], value), key
+
+
+@pytest.mark.parametrize("row", NORM_ROWS, ids=lambda r: r.id)
+def test_built_without_tensors_into_unbuilt_stays_unbuilt(row: Row) -> None:
+    """With affine=False and track_running_stats=False (InstanceNorm's defaults) a norm has
+    no parameter and no buffer: its state_dict is empty, so a checkpoint has nothing from
+    which to build. The target stays unbuilt, and builds on its first call."""
+    options = {"affine": False, "track_running_stats": False}
+    source = row.lazy(**options)
+    source(row.input(options, 3))
+    assert source.state_dict() == {}
+    target = row.lazy(**options)
+    result = target.load_state_dict(source.state_dict())
+    assert not result.missing_keys
+    assert not result.unexpected_keys
+    assert type(target) is row.lazy
+    assert lazynn.is_lazy(target)
+    assert getattr(target, row.inferred) is lazynn.UNKNOWN
+    x = row.input(options, 5)
+    target(x)
+    assert type(target) is row.eager
+    assert target.num_features == 5
+
+
+# --- unbuilt -> built ---------------------------------------------------------------------
+@pytest.mark.parametrize("strict", [True, False])
+def test_unbuilt_into_built_is_refused(row: Row, strict: bool) -> None:
+    source = row.lazy(**row.simple)
+    target = built(row, seed=1)
+    before = snapshot(target)
+    with pytest.raises(lazynn.UnbuiltError, match=r"(?i)build") as info:
+        target.load_state_dict(source.state_dict(), strict=strict)
+    assert isinstance(info.value, RuntimeError)
+    text = str(info.value)
+    assert row.lazy.__name__ in text
+    assert "'weight'" in text  # the first entry the target cannot take
+    assert "Fix:" in text
+    assert_unchanged(target, before)
+
+
+def test_unbuilt_into_built_names_the_path() -> None:
+    """In a model, the error says which layer of the source is unbuilt (its path)."""
+    source = nn.Sequential(nn.ReLU(), nn.Sequential(lazynn.LazyConv2d(4, 3)))
+    target = nn.Sequential(nn.ReLU(), nn.Sequential(nn.Conv2d(2, 4, 3)))
+    weight = target[1][0].weight.detach().clone()
+    with pytest.raises(lazynn.UnbuiltError, match="build") as info:
+        target.load_state_dict(source.state_dict())
+    text = str(info.value)
+    assert "LazyConv2d" in text
+    assert "'1.0'" in text or "'1.0.weight'" in text
+    assert torch.equal(target[1][0].weight, weight)
+
+
+# --- built -> built -----------------------------------------------------------------------
+def test_built_into_built_as_torch(row: Row) -> None:
+    source = built(row, seed=1)
+    target = built(row, seed=2)
+    params = list(target.parameters())
+    eager_source = row.eager(**{row.inferred: row.simple_size}, **row.simple)
+    eager_source.load_state_dict(source.state_dict())
+    eager_target = row.eager(**{row.inferred: row.simple_size}, **row.simple)
+    expected = eager_target.load_state_dict(eager_source.state_dict())
+    result = target.load_state_dict(source.state_dict())
+    assert result == expected
+    assert type(target) is row.eager
+    assert_same_state(target, source)
+    assert all(a is b for a, b in zip(params, target.parameters(), strict=True))
+
+
+# --- contradicting checkpoints --------------------------------------------------------------
+def _contradicting(row: Row) -> tuple[dict[str, torch.Tensor], str, torch.Size, torch.Size]:
+    """A built state_dict whose last non-scalar entry has one more row than the layer's
+    arguments allow (the other entries agree with one another)."""
+    state = built(row, seed=1).state_dict()
+    key = [k for k, v in state.items() if v.dim() > 0][-1]
+    expected = state[key].shape
+    received = torch.Size((expected[0] + 1, *expected[1:]))
+    state[key] = torch.zeros(received, dtype=state[key].dtype)
+    return state, key, expected, received
+
+
+def test_contradicting_checkpoint_is_refused(row: Row) -> None:
+    state, key, expected, received = _contradicting(row)
+    target = row.lazy(**row.simple)
+    before = snapshot(target)
+    with pytest.raises(lazynn.CheckpointError) as info:
+        target.load_state_dict(state)
+    assert isinstance(info.value, lazynn.LazynnError)
+    text = str(info.value)
+    assert row.lazy.__name__ in text
+    assert f"'{key}'" in text
+    assert shape_str(expected) in text.split("received")[0]
+    assert shape_str(received) in text.split("received")[1]
+    assert "Fix:" in text
+    assert_unchanged(target, before)
+    assert getattr(target, row.inferred) is lazynn.UNKNOWN
+    assert all(lazynn.is_lazy(t) for t in target.state_dict(keep_vars=True).values())
+    target(row.example())  # still builds on its first call
+    assert type(target) is row.eager
+
+
+@pytest.mark.parametrize(
+    ("lazy", "eager", "expected", "received"),
+    [
+        (lambda: lazynn.LazyLinear(3), lambda: nn.Linear(4, 5), "(3, 4)", "(5, 4)"),
+        (lambda: lazynn.LazyConv1d(4, 3), lambda: nn.Conv1d(2, 6, 3), "(4, 2, 3)", "(6, 2, 3)"),
+        (
+            lambda: lazynn.LazyConv2d(4, 3),
+            lambda: nn.Conv2d(2, 4, 5),
+            "(4, 2, 3, 3)",
+            "(4, 2, 5, 5)",
+        ),
+        (
+            lambda: lazynn.LazyConvTranspose2d(4, 3),
+            lambda: nn.ConvTranspose2d(2, 4, 2),
+            "(2, 4, 3, 3)",
+            "(2, 4, 2, 2)",
+        ),
+    ],
+    ids=["out_features", "out_channels", "kernel_size", "transpose-kernel_size"],
+)
+def test_checkpoint_contradicting_arguments(
+    lazy: Any, eager: Any, expected: str, received: str
+) -> None:
+    target = lazy()
+    before = snapshot(target)
+    with pytest.raises(lazynn.CheckpointError, match=r"expected .*received") as info:
+        target.load_state_dict(eager().state_dict())
+    text = str(info.value)
+    assert type(target).__name__ in text
+    assert expected in text.split("received")[0]
+    assert received in text.split("received")[1]
+    assert "'weight'" in text
+    assert_unchanged(target, before)
+
+
+def test_contradicting_checkpoint_in_a_model_names_the_path() -> None:
+    target = nn.Sequential(nn.Sequential(nn.ReLU(), lazynn.LazyLinear(3)))
+    before = snapshot(target[0][1])
+    source = nn.Sequential(nn.Sequential(nn.ReLU(), nn.Linear(4, 5)))
+    with pytest.raises(lazynn.CheckpointError, match=r"LazyLinear at '0\.1'") as info:
+        target.load_state_dict(source.state_dict())
+    assert "'0.1.weight'" in str(info.value)
+    assert_unchanged(target[0][1], before)
+
+
+# --- torch.save / torch.load ---------------------------------------------------------------
+def test_unbuilt_state_dict_survives_torch_save(row: Row) -> None:
+    source = row.lazy(**row.simple, dtype=torch.float64)
+    state = source.state_dict()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)  # the default: weights_only=True
+    assert list(loaded) == list(state)
+    for key, value in loaded.items():
+        assert lazynn.is_lazy(value), key
+        assert type(value) is type(state[key]), key
+        assert value.dtype == state[key].dtype, key
+    if "num_batches_tracked" in loaded:
+        assert loaded["num_batches_tracked"].dtype == torch.int64
+    assert loaded["weight"].dtype == torch.float64
+    target = row.lazy(**row.simple, dtype=torch.float64)
+    result = target.load_state_dict(loaded)
+    assert not result.missing_keys
+    assert not result.unexpected_keys
+    assert lazynn.is_lazy(target)
+    assert type(target) is row.lazy
+    target(row.example().double())
+    assert type(target) is row.eager
+    assert target.weight.dtype == torch.float64
+
+
+def test_built_state_dict_through_torch_save_builds_a_fresh_layer(row: Row) -> None:
+    source = built(row, seed=1)
+    buffer = io.BytesIO()
+    torch.save(source.state_dict(), buffer)
+    buffer.seek(0)
+    target = row.lazy(**row.simple)
+    target.load_state_dict(torch.load(buffer))
+    assert type(target) is row.eager
+    assert_same_state(target, source)
+
+
+# --- a whole model --------------------------------------------------------------------------
+def model() -> nn.Sequential:
+    return nn.Sequential(
+        lazynn.LazyConv2d(4, 3),
+        lazynn.LazyBatchNorm2d(),
+        nn.ReLU(),
+        nn.Flatten(),
+        lazynn.LazyLinear(5),
+    )
+
+
+def test_whole_model_built_into_unbuilt_twin() -> None:
+    x = torch.randn(3, 2, 6, 6)
+    torch.manual_seed(1)
+    source = model()
+    source(x)  # train mode: the norm's running stats move
+    torch.manual_seed(2)
+    target = model()
+    result = target.load_state_dict(source.state_dict())
+    assert not result.missing_keys
+    assert not result.unexpected_keys
+    assert not lazynn.is_lazy(target)
+    assert [type(m) for m in target] == [nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.Flatten, nn.Linear]
+    assert (target[0].in_channels, target[1].num_features, target[4].in_features) == (2, 4, 64)
+    assert_same_state(target, source)
+    assert torch.equal(target.eval()(x), source.eval()(x))
+    assert torch.equal(target.train()(x), source.train()(x))
+
+
+def test_build_pair_round_trip(row: Row) -> None:
+    """A lazy-built layer's checkpoint loads into its eager twin, and the other way round."""
+    lazy, eager, x = build_pair(row, row.simple, row.simple_size, seed=4)
+    fresh = row.lazy(**row.simple)
+    fresh.load_state_dict(eager.state_dict())
+    assert_same_state(fresh, lazy)
+    assert torch.equal(fresh.eval()(x), eager.eval()(x))

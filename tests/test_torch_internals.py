@@ -1,0 +1,296 @@
+"""The torch private APIs and internals lazynn relies on: each test fails if torch changes one.
+
+* ``torch._C.DisableTorchFunctionSubclass`` (placeholders read their raw data under it);
+* ``torch.Tensor._make_subclass`` (placeholders are made with it);
+* dynamo's lazy-module protocol (``is_lazy_module``, ``_initialize_hook``,
+  ``_infer_parameters``, ``cls_to_become``);
+* torch's ``LazyModuleMixin``: lazynn overrides every method, so the mechanism is its own;
+* ``nn.Module()``'s instance attributes (copied over at the build) and the forward pre-hook
+  dicts (used by ``LazyModuleMixin.__copy__``);
+* ``torch.serialization.add_safe_globals`` (unbuilt checkpoints load with weights_only);
+* ``sys._getframe`` (``module_path`` names a nested layer's path in errors).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import io
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+import torch
+import torch._dynamo.utils
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as TorchLazyModuleMixin
+from torch.utils.hooks import RemovableHandle
+
+import lazynn
+from lazynn._declare import _MODULE_KEYS
+from lazynn._mixin import is_unbuilt
+from lazynn._placeholder import _raw
+from registry import Row
+
+# --- torch._C.DisableTorchFunctionSubclass ----------------------------------------------------
+
+
+class _Recording(torch.Tensor):
+    calls: ClassVar[list[Callable[..., Any]]] = []
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        cls.calls.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_disable_torch_function_subclass_is_a_context_manager() -> None:
+    t = torch.Tensor._make_subclass(_Recording, torch.arange(3.0), False)
+    _Recording.calls.clear()
+    assert type(t + 1) is _Recording
+    assert _Recording.calls  # the override runs normally
+    _Recording.calls.clear()
+    assert torch._C._is_torch_function_enabled()
+    with torch._C.DisableTorchFunctionSubclass():
+        assert not torch._C._is_torch_function_enabled()
+        added = t + 1
+        data = t.data
+    assert torch._C._is_torch_function_enabled()  # restored on exit
+    assert not _Recording.calls  # the override was skipped inside
+    assert type(added) is torch.Tensor
+    assert type(data) is torch.Tensor
+    assert torch.equal(added, torch.arange(1.0, 4.0))
+
+
+def test_disable_torch_function_subclass_reads_a_placeholders_raw_data() -> None:
+    p = lazynn.UninitializedParameter(dtype=torch.float64)
+    with pytest.raises(lazynn.UnbuiltError):
+        p.data.add(1)  # outside the context, the placeholder refuses data access
+    raw = _raw(p)
+    assert type(raw) is torch.Tensor
+    assert raw.dtype == torch.float64
+    assert raw.numel() == 0
+
+
+# --- torch.Tensor._make_subclass --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_make_subclass_wraps_the_same_storage(requires_grad: bool) -> None:
+    base = torch.arange(4.0)
+    t = torch.Tensor._make_subclass(_Recording, base, requires_grad)
+    assert type(t) is _Recording
+    assert t.requires_grad is requires_grad
+    assert t.is_leaf
+    with torch._C.DisableTorchFunctionSubclass():
+        assert t.data_ptr() == base.data_ptr()
+        assert t.dtype == base.dtype
+
+
+@pytest.mark.parametrize(
+    ("kind", "grad"),
+    [(lazynn.UninitializedParameter, True), (lazynn.UninitializedBuffer, False)],
+)
+def test_placeholders_are_made_with_make_subclass(kind: type[torch.Tensor], grad: bool) -> None:
+    p = kind(dtype=torch.float16)  # type: ignore[call-arg]
+    assert type(p) is kind
+    assert p.requires_grad is grad
+    assert p.dtype == torch.float16
+    assert torch.nn.parameter.is_lazy(p)
+
+
+# --- dynamo's lazy-module protocol ------------------------------------------------------------
+
+
+def test_dynamo_is_lazy_module(row: Row) -> None:
+    layer = row.lazy(**row.simple)
+    assert torch._dynamo.utils.is_lazy_module(layer)
+    assert isinstance(layer, TorchLazyModuleMixin)
+    assert hasattr(layer, "_initialize_hook")
+    assert callable(layer._infer_parameters)
+    assert layer.cls_to_become is row.eager
+    layer(row.example())
+    assert not torch._dynamo.utils.is_lazy_module(layer)
+    assert not hasattr(layer, "_initialize_hook")
+
+
+def test_dynamo_infer_parameters_signature() -> None:
+    # dynamo calls mod._infer_parameters(mod, args, kwargs) with fake args and a kwargs dict.
+    layer = lazynn.LazyLinear(2)
+    layer._infer_parameters(layer, [torch.randn(3, 4)], {})
+    assert type(layer) is nn.Linear
+    assert layer.in_features == 4
+
+
+def _dynamo_source(relative: str) -> str:
+    root = pathlib.Path(inspect.getfile(torch._dynamo)).parent
+    return (root / relative).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("relative", "names"),
+    [
+        ("eval_frame.py", ["_initialize_hook", "_infer_parameters", "_call_lazy_check"]),
+        ("variables/nn_module.py",
+         ["_initialize_hook", "_infer_parameters", "cls_to_become", "is_lazy_module"]),
+        ("utils.py", ["def is_lazy_module", "LazyModuleMixin"]),
+    ],
+)
+def test_dynamo_source_still_uses_the_protocol(relative: str, names: list[str]) -> None:
+    source = _dynamo_source(relative)
+    for name in names:
+        assert name in source, f"torch/_dynamo/{relative} no longer mentions {name}"
+
+
+def test_dynamo_is_lazy_module_keys_on_torchs_mixin() -> None:
+    source = inspect.getsource(torch._dynamo.utils.is_lazy_module)
+    assert "LazyModuleMixin" in source
+    assert torch._dynamo.utils.LazyModuleMixin is TorchLazyModuleMixin
+
+
+# --- torch's LazyModuleMixin is fully overridden ----------------------------------------------
+
+_TORCH_MIXIN_CALLABLES = sorted(
+    name for name, value in vars(TorchLazyModuleMixin).items()
+    if callable(value) and not isinstance(value, type)
+)
+
+
+def test_torch_mixin_has_the_expected_methods() -> None:
+    # A sanity check on the list below: if torch adds a method, the next test covers it too.
+    assert {"__init__", "_infer_parameters", "initialize_parameters",
+            "has_uninitialized_params", "_replicate_for_data_parallel",
+            "_save_to_state_dict", "_lazy_load_hook"} <= set(_TORCH_MIXIN_CALLABLES)
+
+
+@pytest.mark.parametrize("name", _TORCH_MIXIN_CALLABLES)
+def test_every_torch_mixin_method_is_overridden(name: str) -> None:
+    assert name in vars(lazynn.LazyModuleMixin) or name in vars(lazynn.LazyLayer), (
+        f"torch.nn.modules.lazy.LazyModuleMixin.{name} is not overridden by lazynn"
+    )
+
+
+def test_every_layer_resolves_the_mixin_methods_to_lazynn(row: Row) -> None:
+    for name in _TORCH_MIXIN_CALLABLES:
+        owner = next(c for c in row.lazy.__mro__ if name in vars(c))
+        if name == "__init__":
+            assert owner.__module__.startswith("lazynn."), (name, owner)
+        else:
+            assert owner in (lazynn.LazyModuleMixin, lazynn.LazyLayer), (name, owner)
+    mro = row.lazy.__mro__
+    assert mro.index(lazynn.LazyModuleMixin) < mro.index(TorchLazyModuleMixin)
+
+
+def test_torch_mixin_hooks_are_not_registered(row: Row) -> None:
+    # torch's mixin __init__ registers its own load hook; lazynn's does not.
+    layer = row.lazy(**row.simple)
+    assert not layer._load_state_dict_pre_hooks
+    assert len(layer._forward_pre_hooks) == 1
+    assert layer._initialize_hook.id in layer._forward_pre_hooks
+
+
+# --- nn.Module's instance attributes and hook dicts -------------------------------------------
+
+
+def test_module_instance_keys_are_what_lazynn_expects() -> None:
+    assert set(vars(nn.Module())) == _MODULE_KEYS
+
+
+def test_forward_pre_hook_dicts_exist_and_share_the_handle_id() -> None:
+    module = nn.Identity()
+    assert isinstance(module._forward_pre_hooks, dict)
+    assert isinstance(module._forward_pre_hooks_with_kwargs, dict)
+
+    def hook(m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        return None
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    assert module._forward_pre_hooks[handle.id] is hook
+    assert module._forward_pre_hooks_with_kwargs[handle.id] is True
+    # LazyModuleMixin.__copy__ rebuilds a handle over a copy's dicts this way.
+    other = RemovableHandle(
+        module._forward_pre_hooks, extra_dict=module._forward_pre_hooks_with_kwargs
+    )
+    other.id = handle.id
+    other.remove()
+    assert handle.id not in module._forward_pre_hooks
+    assert handle.id not in module._forward_pre_hooks_with_kwargs
+
+
+def test_shallow_copy_builds_independently() -> None:
+    layer = lazynn.LazyLinear(2)
+    twin = copy.copy(layer)
+    twin(torch.randn(1, 5))
+    assert type(twin) is nn.Linear
+    assert twin.in_features == 5
+    assert is_unbuilt(layer)
+    assert torch.nn.parameter.is_lazy(layer.weight)
+    assert len(layer._forward_pre_hooks) == len(layer._forward_pre_hooks_with_kwargs) == 1
+    layer(torch.randn(1, 7))
+    assert type(layer) is nn.Linear
+    assert layer.in_features == 7
+    assert twin.in_features == 5
+
+
+# --- torch.serialization safe globals ---------------------------------------------------------
+
+
+def test_placeholders_are_safe_globals() -> None:
+    assert callable(torch.serialization.add_safe_globals)
+    safe = torch.serialization.get_safe_globals()
+    assert lazynn.UninitializedParameter in safe
+    assert lazynn.UninitializedBuffer in safe
+
+
+def test_unbuilt_state_dict_loads_with_weights_only() -> None:
+    buffer = io.BytesIO()
+    torch.save(lazynn.LazyBatchNorm1d().state_dict(), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    assert set(loaded) == {"weight", "bias", "running_mean", "running_var",
+                           "num_batches_tracked"}
+    assert type(loaded["weight"]) is lazynn.UninitializedParameter
+    assert type(loaded["running_mean"]) is lazynn.UninitializedBuffer
+
+
+# --- sys._getframe: a nested layer's path in errors -------------------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Identity(), lazynn.LazyConv2d(4, 3))
+        self.encoder = nn.ModuleDict({"block": _Block()})
+
+    def forward(self, image: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+        return self.features(image).sum() + self.encoder["block"](vector).sum()
+
+
+def test_getframe_exists() -> None:
+    assert callable(sys._getframe)
+    assert sys._getframe(0).f_code is test_getframe_exists.__code__
+
+
+def test_error_names_nested_layer_path() -> None:
+    model = _Model()
+    with pytest.raises(lazynn.InferenceError, match=r"LazyConv2d at 'features\.1'"):
+        model(torch.randn(8, 3), torch.randn(2, 5))  # a 2-d input to the conv
+    with pytest.raises(lazynn.InferenceError, match=r"LazyLinear at 'encoder\.block\.fc'"):
+        model(torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2, 5)))  # an integer input
