@@ -8,6 +8,8 @@ torch.Size([2, 10])
 ('Linear', 1568)
 """
 
+from ._build import build as build
+from ._build import materialize as materialize
 from ._conv import LazyConv1d as LazyConv1d
 from ._conv import LazyConv2d as LazyConv2d
 from ._conv import LazyConv3d as LazyConv3d
@@ -32,6 +34,7 @@ from ._norm import LazyInstanceNorm3d as LazyInstanceNorm3d
 from ._placeholder import UninitializedBuffer as UninitializedBuffer
 from ._placeholder import UninitializedParameter as UninitializedParameter
 from ._placeholder import is_lazy as is_lazy
+from ._rehearse import Spec as Spec
 
 __version__ = "0.1.0"
 
@@ -56,9 +59,12 @@ __all__ = [
     "LazyLinear",
     "LazyModuleMixin",
     "LazynnError",
+    "Spec",
     "UnbuiltError",
     "UninitializedBuffer",
     "UninitializedParameter",
     "__version__",
+    "build",
     "is_lazy",
+    "materialize",
 ]

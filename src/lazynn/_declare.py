@@ -24,6 +24,8 @@ A lazy layer is a few lines::
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -213,9 +215,10 @@ class LazyLayer(LazyModuleMixin):
         self._lazynn_kwargs = kwargs
         self._lazynn_device = target
         self._lazynn_dtype = dtype if dtype is not None else torch.get_default_dtype()
-        from ._mixin import _attach
+        from ._mixin import _attach, _record_construction
 
         _attach(self)
+        _record_construction(self)
 
     def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
         """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
@@ -281,9 +284,7 @@ class LazyLayer(LazyModuleMixin):
     def _lazynn_argument(
         self, arg: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        import inspect
-
-        names = list(inspect.signature(self.cls_to_become.forward).parameters)[1:]
+        names = _forward_names(self.cls_to_become)  # type: ignore[arg-type]
         if isinstance(arg, int):
             if arg < len(args):
                 return args[arg]
@@ -331,8 +332,11 @@ class LazyLayer(LazyModuleMixin):
 
     def _lazynn_validate(
         self, sizes: Mapping[str, int], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        """Construct the eager layer on meta and run it on meta copies of the inputs."""
+    ) -> nn.Module:
+        """Construct the eager layer on meta and run it on meta copies of the inputs.
+
+        Returns that meta layer (with the placeholders' dtypes), so a build on meta can use it.
+        """
         try:
             shadow = self._lazynn_construct(sizes, "meta")
         except Exception as error:
@@ -357,7 +361,7 @@ class LazyLayer(LazyModuleMixin):
                 shadow(*meta_args, **meta_kwargs)
         except Exception as error:
             if _meta_limitation(error):
-                return  # the meta device cannot run this forward (e.g. .item()): no verdict
+                return shadow  # meta cannot run this forward (e.g. .item()): no verdict
             raise InferenceError(
                 message(
                     module_path(self),  # type: ignore[arg-type]
@@ -367,6 +371,7 @@ class LazyLayer(LazyModuleMixin):
                     detail=str(error).strip().splitlines()[0],
                 )
             ) from error
+        return shadow
 
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
         """Read the sizes from example inputs, check them, and build the layer.
@@ -376,29 +381,52 @@ class LazyLayer(LazyModuleMixin):
         """
         sizes = self._lazynn_read_sizes(args, kwargs)
         self._lazynn_check_dtype(args, kwargs)
-        self._lazynn_validate(sizes, args, kwargs)
-        self._lazynn_build(sizes)
+        shadow = self._lazynn_validate(sizes, args, kwargs)
+        on_meta = all(_raw(t).is_meta for _, _, t in self._lazynn_slots() if is_placeholder(t))
+        self._lazynn_build(sizes, source=shadow if on_meta else None)
 
-    def _lazynn_build(self, sizes: Mapping[str, int]) -> None:
-        """Construct the eager layer for real and move its tensors into the placeholders."""
+    def _lazynn_build(
+        self,
+        sizes: Mapping[str, int],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        source: nn.Module | None = None,
+    ) -> None:
+        """Construct the eager layer for real and move its tensors into the placeholders.
+
+        By default the layer is constructed where and as it was declared (device, dtype),
+        then each tensor is converted to its placeholder's dtype and device (as moved since).
+        ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
+        ``source`` is an already constructed eager layer to take the tensors from.
+        """
         slots = list(self._lazynn_slots())
-        on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
-        eager = self._lazynn_construct(sizes, "meta" if on_meta else self._lazynn_device)
+        if source is not None:
+            eager = source
+        elif device is not None:
+            eager = self.cls_to_become(
+                **self._lazynn_kwargs,
+                **sizes,
+                device=device,
+                dtype=dtype if dtype is not None else self._lazynn_dtype,
+            )
+        else:
+            on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
+            eager = self._lazynn_construct(sizes, "meta" if on_meta else self._lazynn_device)
         eager_modules = dict(eager.named_modules())
         own_modules = dict(self.named_modules())
         moves = []
         for prefix, name, tensor in slots:  # allocate everything first, commit after
             if not is_placeholder(tensor):
                 continue
-            source = getattr(eager_modules[prefix], name).detach()
+            value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
             current = getattr(own_modules[prefix], name)
             if current is not tensor and (
-                is_placeholder(current) or tuple(current.shape) != tuple(source.shape)
+                is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
             ):
                 raise InferenceError(
                     message(
                         module_path(self),  # type: ignore[arg-type]
-                        f"'{_key((prefix, name))}' of shape {shape_str(source.shape)} "
+                        f"'{_key((prefix, name))}' of shape {shape_str(value.shape)} "
                         "(from the inputs)",
                         _describe_substitute(current),
                         "build the model with a plain call first (model(example)), then take "
@@ -406,11 +434,20 @@ class LazyLayer(LazyModuleMixin):
                     )
                 )
             raw = _raw(tensor)
-            if source.device != raw.device or source.dtype != raw.dtype:
-                source = source.to(device=raw.device, dtype=raw.dtype)
-            moves.append((tensor, source))
-        for tensor, source in moves:
-            _fill(tensor, source)
+            target_device = raw.device if device is None else value.device
+            target_dtype = raw.dtype if dtype is None or not value.is_floating_point() else dtype
+            if value.device != target_device or value.dtype != target_dtype:
+                value = value.to(device=target_device, dtype=target_dtype)
+            moves.append((own_modules[prefix], name, tensor, value))
+        for module, name, tensor, value in moves:
+            if _raw(tensor).device.type == value.device.type:
+                _fill(tensor, value)  # in place: an optimizer holding it trains it
+            else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
+                store = module._parameters if name in module._parameters else module._buffers
+                kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
+                store[name] = (
+                    nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
+                )
         for prefix, module in eager_modules.items():
             for key, value in module.__dict__.items():
                 if key not in _MODULE_KEYS:
@@ -504,6 +541,12 @@ class LazyLayer(LazyModuleMixin):
                 )
             sizes[name] = solved
         return sizes
+
+
+@functools.cache
+def _forward_names(cls: type[nn.Module]) -> list[str]:
+    """The names of ``cls.forward``'s arguments, without ``self``."""
+    return list(inspect.signature(cls.forward).parameters)[1:]
 
 
 def _match_dtypes(shadow: nn.Module, slots: Iterator[tuple[str, str, torch.Tensor]]) -> None:

@@ -29,7 +29,8 @@ from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 from ._errors import UnbuiltError, message, module_path
-from ._placeholder import _raw, is_placeholder
+from ._placeholder import is_placeholder
+from ._snapshot import Snapshot
 
 __all__ = ["LazyModuleMixin", "is_unbuilt"]
 
@@ -55,6 +56,23 @@ def is_unbuilt(module: nn.Module) -> bool:
     return "_initialize_hook" in module.__dict__
 
 
+_LAST_RNG_STATE: torch.Tensor | None = None
+
+
+def _record_construction(module: nn.Module) -> None:
+    """Remember the CPU generator's state at construction, for build()'s replay.
+
+    ``lazynn.build`` initializes as an eager model's construction would have: from this state,
+    in construction order. Consecutive lazy modules share one recorded tensor (5 KB) as long as
+    nothing drew random numbers between their constructions.
+    """
+    global _LAST_RNG_STATE
+    state = torch.get_rng_state()
+    if _LAST_RNG_STATE is None or not torch.equal(state, _LAST_RNG_STATE):
+        _LAST_RNG_STATE = state
+    module._lazynn_rng = _LAST_RNG_STATE
+
+
 def _attach(module: nn.Module) -> None:
     # `_initialize_hook` is the attribute dynamo and torch.compile look for (see module doc).
     module._initialize_hook = nn.Module.register_forward_pre_hook(  # type: ignore[assignment]
@@ -72,37 +90,6 @@ def _finish(module: nn.Module) -> None:
     target = getattr(module, "cls_to_become", None)
     if target is not None:
         module.__class__ = target
-
-
-class _Snapshot:
-    """Everything a build may change in a module tree, to put back if the build fails."""
-
-    def __init__(self, root: nn.Module) -> None:
-        self.modules = [(m, m.__class__, dict(m.__dict__)) for m in root.modules()]
-        self.dicts: list[tuple[dict[str, Any], dict[str, Any]]] = [
-            (d, dict(d)) for m in root.modules() for d in (m._parameters, m._buffers, m._modules)
-        ]
-        self.tensors = [
-            (t, t.__class__, _raw(t), dict(t.__dict__))
-            for m in root.modules()
-            for t in (*m._parameters.values(), *m._buffers.values())
-            if t is not None and is_placeholder(t)
-        ]
-
-    def restore(self) -> None:
-        for module, module_cls, attrs in self.modules:
-            module.__class__ = module_cls
-            module.__dict__.clear()
-            module.__dict__.update(attrs)
-        for d, content in self.dicts:
-            d.clear()
-            d.update(content)
-        for tensor, tensor_cls, raw, tensor_attrs in self.tensors:
-            with torch._C.DisableTorchFunctionSubclass():
-                tensor.data = raw
-            tensor.__class__ = tensor_cls
-            tensor.__dict__.clear()
-            tensor.__dict__.update(tensor_attrs)
 
 
 class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
@@ -128,6 +115,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         # Skip torch's mixin __init__ (it registers torch's hooks); ours attaches lazynn's.
         super(_TorchLazyModuleMixin, self).__init__(*args, **kwargs)
         _attach(self)  # type: ignore[arg-type]
+        _record_construction(self)  # type: ignore[arg-type]
 
     # --- the protocol ----------------------------------------------------------------------
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
@@ -162,7 +150,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         with _BUILD_LOCK:
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
-            snapshot = _Snapshot(module)
+            snapshot = Snapshot(module)
             try:
                 module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
                 if module.has_uninitialized_params():  # type: ignore[operator]

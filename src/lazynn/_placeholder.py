@@ -33,7 +33,13 @@ from torch import nn
 
 from ._errors import UnbuiltError, message
 
-__all__ = ["UninitializedBuffer", "UninitializedParameter", "is_lazy", "is_placeholder"]
+__all__ = [
+    "UninitializedBuffer",
+    "UninitializedParameter",
+    "is_lazy",
+    "is_placeholder",
+    "relocate",
+]
 
 # torch.Tensor attributes read through descriptors that do not depend on the shape.
 _ALLOWED_ATTRIBUTES = frozenset(
@@ -312,6 +318,24 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore
         raw = _raw(self)
         persistent = self.__dict__.get("persistent", True)
         return (type(self), (self.requires_grad, raw.device, raw.dtype, persistent))
+
+
+def relocate(
+    placeholder: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """A new placeholder like ``placeholder`` (lazynn's or torch's) on ``device`` / ``dtype``.
+
+    torch's own placeholders cannot be moved (their ``.to`` returns a plain empty tensor),
+    so a fresh one of the same class is made.
+    """
+    if isinstance(placeholder, _Placeholder):
+        raw = _raw(placeholder)
+        new = torch.empty(0, dtype=dtype or raw.dtype, device=device)
+        return placeholder._like(new, placeholder.requires_grad)  # type: ignore[attr-defined]
+    kind: Any = type(placeholder)
+    return kind(  # type: ignore[no-any-return]
+        requires_grad=placeholder.requires_grad, device=device, dtype=dtype or placeholder.dtype
+    )
 
 
 def is_placeholder(obj: object) -> bool:

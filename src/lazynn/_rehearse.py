@@ -1,0 +1,289 @@
+"""The meta rehearsal: run a model's forward on meta tensors and record what happens.
+
+Every real tensor of the model is swapped for a meta twin, every placeholder for a meta
+placeholder, and the forward runs on meta example inputs: lazy layers build themselves on meta
+(their own code, so the sizes are exactly what a real first call would infer), and hooks record
+each module's input and output shapes. No memory is allocated for parameters or activations
+and no arithmetic runs. Afterwards the model is restored exactly (``Snapshot``), whatever
+happened, and the RNG state too.
+
+Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
+
+from ._declare import LazyLayer, _map_tensors
+from ._errors import InferenceError, LazynnError, message, shape_str
+from ._mixin import _BUILD_LOCK
+from ._placeholder import is_placeholder, relocate
+from ._snapshot import Snapshot
+
+__all__ = ["Rehearsal", "Spec", "as_meta", "rehearse"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An example input given by shape and dtype only.
+
+    Args:
+        shape: the input's shape.
+        dtype: its dtype. Default: the current default dtype (``torch.long`` for token ids
+            must be given).
+
+    >>> Spec((1, 3, 224, 224))
+    Spec(shape=(1, 3, 224, 224), dtype=None)
+    >>> Spec.parse("8x128", "long")
+    Spec(shape=(8, 128), dtype=torch.int64)
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype | None = None
+
+    @classmethod
+    def parse(cls, text: str, dtype: str | None = None) -> Spec:
+        """``"1x3x224x224"`` (and a dtype name such as ``"float16"``) as a Spec."""
+        try:
+            shape = tuple(int(part) for part in text.lower().replace(",", "x").split("x"))
+        except ValueError:
+            raise InferenceError(
+                message(
+                    "--input",
+                    "a shape such as 1x3x224x224",
+                    repr(text),
+                    "write the dimensions as integers separated by x",
+                )
+            ) from None
+        if any(d < 0 for d in shape):
+            raise InferenceError(
+                message("--input", "non-negative dimensions", repr(text), "fix the shape")
+            )
+        resolved = None
+        if dtype is not None:
+            resolved = getattr(torch, dtype, None)
+            if not isinstance(resolved, torch.dtype):
+                raise InferenceError(
+                    message(
+                        "--dtype",
+                        "a torch dtype name such as float32, float16, bfloat16 or long",
+                        repr(dtype),
+                        "use one of torch's dtype names",
+                    )
+                )
+        return cls(shape, resolved)
+
+
+def _is_shape(obj: object) -> bool:
+    return isinstance(obj, (tuple, list)) and all(
+        isinstance(d, int) and not isinstance(d, bool) for d in obj
+    )
+
+
+def as_meta(example: Any) -> Any:
+    """Example inputs as meta tensors: tensors, Specs, shapes (``torch.Size`` / tuples of
+    ints), and structures of them; anything else is passed through."""
+    if isinstance(example, Spec):
+        return torch.empty(example.shape, dtype=example.dtype, device="meta")
+    if isinstance(example, torch.Size) or (_is_shape(example) and len(example) > 0):
+        return torch.empty(tuple(example), device="meta")
+    if isinstance(example, torch.Tensor):
+        return torch.empty(example.shape, dtype=example.dtype, device="meta")
+    if isinstance(example, tuple) and hasattr(example, "_fields"):
+        return type(example)(*(as_meta(v) for v in example))
+    if isinstance(example, (tuple, list)):
+        return type(example)(as_meta(v) for v in example)
+    if isinstance(example, dict):
+        return {k: as_meta(v) for k, v in example.items()}
+    return example
+
+
+def _shapes(value: Any) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    found: list[tuple[tuple[int, ...], torch.dtype]] = []
+    _map_tensors(lambda t: found.append((tuple(t.shape), t.dtype)), value)
+    return found
+
+
+@dataclass
+class Call:
+    """One module's first call in the rehearsal."""
+
+    path: str
+    inputs: list[tuple[tuple[int, ...], torch.dtype]]
+    outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A parameter or buffer as the build will make it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    is_parameter: bool
+    requires_grad: bool
+    persistent: bool
+    ident: int  # id() of the real tensor (or placeholder) in the model: counts shared once
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+@dataclass
+class Rehearsal:
+    """What the meta rehearsal learnt about a model."""
+
+    #: module path -> its first call (input and output shapes)
+    calls: dict[str, Call]
+    #: module path -> class name after the build
+    types: dict[str, str]
+    #: module path -> own tensors after the build
+    tensors: dict[str, list[TensorInfo]]
+    #: LazyLayer -> inferred sizes
+    sizes: dict[nn.Module, dict[str, int]]
+    #: other lazy modules (torch's, custom LazyModuleMixin) -> the meta inputs of their first call
+    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]]
+    #: lazy modules the forward never called
+    unreached: list[str]
+    #: the model's meta output
+    output: Any
+
+
+def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
+    """A meta stand-in for a real tensor or a placeholder (any kind)."""
+    if is_placeholder(tensor):
+        return relocate(tensor, "meta")
+    meta = tensor.detach().to("meta")
+    if isinstance(tensor, nn.Parameter):
+        return nn.Parameter(meta, tensor.requires_grad)
+    return meta
+
+
+def _is_lazy_module(module: nn.Module) -> bool:
+    return isinstance(module, TorchLazy) and hasattr(module, "_initialize_hook")
+
+
+def rehearse(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Rehearsal:
+    """Run ``model`` on meta versions of the examples; return what was learnt.
+
+    The model is left exactly as it was, success or failure. A failure raises
+    :class:`~lazynn.InferenceError` naming the innermost module running when it happened,
+    its type and the input shapes it received.
+    """
+    meta_args = as_meta(tuple(args))
+    meta_kwargs = as_meta(dict(kwargs))
+    paths = {id(m): p for p, m in model.named_modules(remove_duplicate=False)}
+    modules = dict(model.named_modules())
+    lazy_before = {p: type(m) for p, m in modules.items() if _is_lazy_module(m)}
+    calls: dict[str, Call] = {}
+    stack: list[tuple[str, nn.Module, Any, Any]] = []
+    sizes: dict[nn.Module, dict[str, int]] = {}
+    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def pre(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
+        path = paths.get(id(module), "?")
+        stack.append((path, module, a, k))
+        if path not in calls:
+            calls[path] = Call(path, _shapes((a, k)))
+            if path in lazy_before and not isinstance(module, LazyLayer):
+                inputs[module] = (a, k)
+
+    def post(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
+        path, _, _, _ = stack.pop()
+        call = calls[path]
+        if not call.outputs:
+            call.outputs = _shapes(out)
+        lazy_cls = lazy_before.get(path)
+        if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in sizes:
+            sizes[module] = {name: int(getattr(module, name)) for name in lazy_cls.inferred}
+
+    with _BUILD_LOCK:
+        snapshot = Snapshot(model)
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                for module in modules.values():
+                    for store in (module._parameters, module._buffers):
+                        for name, tensor in store.items():
+                            if tensor is not None:
+                                store[name] = _meta_twin(tensor)
+                    module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
+                    module.register_forward_hook(post, with_kwargs=True)
+                try:
+                    output = model(*meta_args, **meta_kwargs)
+                except LazynnError:
+                    raise
+                except Exception as error:
+                    raise _failure(error, stack) from error
+                types = {p: type(m).__name__ for p, m in modules.items()}
+                tensors = {p: _tensor_infos(m, snapshot) for p, m in modules.items()}
+        finally:
+            snapshot.restore()
+    unreached = [p for p, m in modules.items() if p in lazy_before and p not in calls]
+    return Rehearsal(calls, types, tensors, sizes, inputs, unreached, output)
+
+
+def _tensor_infos(module: nn.Module, snapshot: Snapshot) -> list[TensorInfo]:
+    """The module's own tensors after the meta build, named by the real tensors' ids."""
+    originals = snapshot.original_tensors(module)
+    infos = []
+    for name, tensor in (*module._parameters.items(), *module._buffers.items()):
+        if tensor is None:
+            continue
+        original = originals.get(name)
+        infos.append(
+            TensorInfo(
+                name=name,
+                shape=tuple(tensor.shape),
+                dtype=tensor.dtype,
+                is_parameter=name in module._parameters,
+                requires_grad=bool(tensor.requires_grad),
+                persistent=name not in module._non_persistent_buffers_set,
+                ident=id(original) if original is not None else id(tensor),
+            )
+        )
+    return infos
+
+
+def _failure(error: Exception, stack: list[tuple[str, nn.Module, Any, Any]]) -> InferenceError:
+    if not stack:
+        return InferenceError(
+            message(
+                "the model",
+                "example inputs its forward accepts",
+                "inputs that failed before any module ran",
+                "check the example inputs",
+                detail=f"{type(error).__name__}: {error}",
+            )
+        )
+    path, module, a, k = stack[-1]
+    where = f"{type(module).__name__} at '{path}'" if path else f"{type(module).__name__} (root)"
+    received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in _shapes((a, k)))
+    return InferenceError(
+        message(
+            where,
+            "inputs it can take (the build ran the model on meta tensors)",
+            f"inputs of shapes {received or 'none'}",
+            "check the example inputs' shapes and the layers before this one; the model is "
+            "unchanged",
+            detail=f"{type(error).__name__}: {_first_line(error)}",
+        )
+    )
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,74 @@
+"""Snapshot: everything a build or a meta rehearsal may change in a model, to put back.
+
+Taken before any change, restored on failure (and always, after a rehearsal), so that "on any
+failure the user's model is left exactly as it was" holds by construction:
+
+* each module's class and attribute dict (``in_features``, hook handles, ``training``...);
+* the content of every dict and set a module holds (``_parameters``, ``_buffers``,
+  ``_modules``, every hook dict, lazynn's own records), restored in place and in order;
+* each placeholder's data, class and attributes (a build fills placeholders in place).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._placeholder import _raw, is_placeholder
+
+__all__ = ["Snapshot"]
+
+
+class Snapshot:
+    """The restorable state of ``root`` and every module below it.
+
+    >>> import torch, lazynn
+    >>> layer = lazynn.LazyLinear(2)
+    >>> snap = Snapshot(layer)
+    >>> _ = layer(torch.ones(1, 3))
+    >>> snap.restore()
+    >>> layer
+    LazyLinear(in_features=?, out_features=2, bias=True)
+    """
+
+    def __init__(self, root: nn.Module) -> None:
+        self.modules: list[tuple[nn.Module, type, dict[str, Any]]] = []
+        self.containers: list[tuple[Any, Any]] = []
+        self.tensors: list[tuple[torch.Tensor, type, torch.Tensor, dict[str, Any]]] = []
+        self._own: dict[int, dict[str, torch.Tensor | None]] = {}
+        for module in root.modules():
+            attrs = dict(module.__dict__)
+            self._own[id(module)] = {**module._parameters, **module._buffers}
+            self.modules.append((module, module.__class__, attrs))
+            for value in attrs.values():
+                if isinstance(value, dict):
+                    self.containers.append((value, dict(value)))
+                elif isinstance(value, set):
+                    self.containers.append((value, set(value)))
+            for tensor in (*module._parameters.values(), *module._buffers.values()):
+                if tensor is not None and is_placeholder(tensor):
+                    self.tensors.append(
+                        (tensor, tensor.__class__, _raw(tensor), dict(tensor.__dict__))
+                    )
+
+    def original_tensors(self, module: nn.Module) -> dict[str, torch.Tensor | None]:
+        """The module's own parameters and buffers as they were at the snapshot."""
+        return self._own.get(id(module), {})
+
+    def restore(self) -> None:
+        """Put every recorded module, container and placeholder back as it was."""
+        for module, cls, attrs in self.modules:
+            module.__class__ = cls
+            module.__dict__.clear()
+            module.__dict__.update(attrs)
+        for container, content in self.containers:
+            container.clear()
+            container.update(content)
+        for tensor, cls, raw, tensor_attrs in self.tensors:
+            with torch._C.DisableTorchFunctionSubclass():
+                tensor.data = raw
+            tensor.__class__ = cls
+            tensor.__dict__.clear()
+            tensor.__dict__.update(tensor_attrs)
