@@ -35,6 +35,9 @@ from ._placeholder import UninitializedBuffer as UninitializedBuffer
 from ._placeholder import UninitializedParameter as UninitializedParameter
 from ._placeholder import is_lazy as is_lazy
 from ._rehearse import Spec as Spec
+from ._summary import Summary as Summary
+from ._summary import SummaryRow as SummaryRow
+from ._summary import summary as summary
 
 __version__ = "0.1.0"
 
@@ -60,6 +63,8 @@ __all__ = [
     "LazyModuleMixin",
     "LazynnError",
     "Spec",
+    "Summary",
+    "SummaryRow",
     "UnbuiltError",
     "UninitializedBuffer",
     "UninitializedParameter",
@@ -67,4 +72,5 @@ __all__ = [
     "build",
     "is_lazy",
     "materialize",
+    "summary",
 ]
