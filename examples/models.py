@@ -23,8 +23,14 @@ eager in the lazy twins, so ``GPT``, ``LSTMTagger`` and ``LazyLlama`` mix lazy a
 on purpose: their eager layers draw random numbers at construction, their lazy ones at the
 build. Two models call layers in an order other than their construction order, also on purpose:
 ``UNet`` (its ``upconvs`` and ``decoder`` lists are called interleaved) and ``LazyLlama`` (its
-SwiGLU registers ``w1, w2, w3`` and calls ``w1, w3, w2``). A first call therefore builds them
-with other weights than the eager model; ``lazynn.build`` replays construction order.
+SwiGLU registers ``w1, w2, w3`` and calls ``w1, w3, w2``): a plain first call builds them with
+other weights than construction order gives; ``lazynn.build`` replays construction order.
+
+What a plain first call ``LazyX()(x)`` gives under the seed of ``X()``, for reference: ``UNet``
+differs; ``MLP`` and ``CNN`` differ in training mode (their dropout draws random numbers between
+two builds) and equal in eval mode; ``ResNet50`` equals. ``GPT`` and ``LSTMTagger``, though mixed,
+equal too (with the default ``dropout=0.0``): each eager layer that draws random numbers
+(``Embedding``, ``LSTM``) comes before every lazy one, and ``LayerNorm`` draws none.
 
 ``REFERENCE`` maps a name to ``(eager_factory, lazy_factory, example_input_factory)`` with small
 configurations (construction and one forward well under a second on a 2-core CPU); ``FULL`` has
@@ -968,3 +974,13 @@ LAZY_ONLY: dict[str, tuple[Callable[[], nn.Module], ExampleInput]] = {
     "llama_7b": (llama_7b, _tokens(32000, 1, 2048)),
     "llama_70b": (llama_70b, _tokens(32000, 1, 4096)),
 }
+
+
+def resnet50() -> LazyResNet50:
+    """The full-size lazy ResNet-50 (for ``python -m lazynn summary``): input (N, 3, 224, 224)."""
+    return LazyResNet50()
+
+
+def gpt2_medium() -> LazyGPT:
+    """The full-size lazy GPT-2-medium-shaped decoder: input (N, T) token ids, T <= 1024."""
+    return LazyGPT()

@@ -163,10 +163,14 @@ def _allocate(
                         module._infer_parameters(module, a, k)  # type: ignore[operator]
                         seen_lazy = True
                         bar.advance(sum(t.numel() for t in module.parameters()))
-                    elif seen_lazy and mixed is not None and _own_tensors(module) and not on_meta:
+                    elif seen_lazy and _own_tensors(module) and on_meta:
+                        # materialize() will initialize it in construction order; the eager
+                        # layers before the first lazy one keep their (correct) values.
+                        module.to_empty(device="meta", recurse=False)
+                    elif seen_lazy and mixed is not None and _own_tensors(module):
                         mixed = _replay_eager(path, module, mixed, kept)
-                if device is not None or dtype is not None:
-                    model.to(device=device, dtype=dtype)
+                if (device is not None and not on_meta) or dtype is not None:
+                    model.to(device=None if on_meta else device, dtype=dtype)
         except BaseException:
             snapshot.restore()
             torch.set_rng_state(rng_before)

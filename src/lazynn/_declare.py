@@ -402,16 +402,15 @@ class LazyLayer(LazyModuleMixin):
         slots = list(self._lazynn_slots())
         if source is not None:
             eager = source
-        elif device is not None:
+        else:
+            on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
+            where = device if device is not None else ("meta" if on_meta else self._lazynn_device)
             eager = self.cls_to_become(
                 **self._lazynn_kwargs,
                 **sizes,
-                device=device,
+                device=where,
                 dtype=dtype if dtype is not None else self._lazynn_dtype,
             )
-        else:
-            on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
-            eager = self._lazynn_construct(sizes, "meta" if on_meta else self._lazynn_device)
         eager_modules = dict(eager.named_modules())
         own_modules = dict(self.named_modules())
         moves = []

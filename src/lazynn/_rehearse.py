@@ -241,7 +241,7 @@ def _tensor_infos(module: nn.Module, snapshot: Snapshot) -> list[TensorInfo]:
     originals = snapshot.original_tensors(module)
     infos = []
     for name, tensor in (*module._parameters.items(), *module._buffers.items()):
-        if tensor is None:
+        if tensor is None or is_placeholder(tensor):  # a lazy layer the forward never called
             continue
         original = originals.get(name)
         infos.append(

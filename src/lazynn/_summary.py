@@ -52,6 +52,8 @@ class Summary:
     buffer_bytes: int
     inputs: tuple[Shape, ...]
     outputs: tuple[Shape, ...]
+    #: lazy layers the examples never reached: their sizes, and so the totals, are unknown
+    unreached: tuple[str, ...] = ()
 
     @property
     def non_trainable_parameters(self) -> int:
@@ -120,6 +122,7 @@ def summary(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Su
         buffer_bytes=buffer_bytes,
         inputs=tuple(root.inputs) if root else (),
         outputs=tuple(root.outputs) if root else (),
+        unreached=tuple(rehearsal.unreached),
     )
 
 
@@ -161,6 +164,8 @@ def render(summary: Summary) -> str:
     table = []
     for row in summary.rows:
         kind = f"{row.lazy_type} -> {row.type}" if row.lazy_type else row.type
+        if row.lazy_type == row.type:
+            kind = f"{row.type}, not called: sizes unknown"
         label = f"{row.path.rsplit('.', 1)[-1]} ({kind})" if row.path else kind
         params = ", ".join(f"{n} [{', '.join(map(str, s))}]" for n, s in row.parameters)
         table.append(
@@ -199,4 +204,10 @@ def render(summary: Summary) -> str:
         f"Total memory:         {_bytes(total_bytes)}",
         rule,
     ]
+    if summary.unreached:
+        lines += [
+            "Not called by the examples, so not counted: "
+            + ", ".join(f"'{p}'" for p in summary.unreached),
+            rule,
+        ]
     return "\n".join(lines)

@@ -1,0 +1,349 @@
+"""lazynn.build / lazynn.materialize: whole-model inference on meta, then one allocation.
+
+Reproducible (bit-for-bit equal to the eager twin under one seed, mixed models included),
+free of side effects, and atomic (a failure leaves the model exactly as it was).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+from torch import nn
+
+import lazynn
+from lazynn._progress import Progress
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import models  # noqa: E402
+
+
+def same_state(a: nn.Module, b: nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for key in sa:
+        assert sa[key].dtype == sb[key].dtype, key
+        assert torch.equal(sa[key], sb[key]), key
+    # Every torch.nn layer is exactly the eager twin's class (containers may differ by name).
+    for (path, ma), (_, mb) in zip(a.named_modules(), b.named_modules(), strict=True):
+        if type(mb).__module__.startswith("torch.nn"):
+            assert type(ma) is type(mb), path
+
+
+def fingerprint(model: nn.Module) -> list[Any]:
+    """Everything a failed build must leave as it was: classes, attributes, tensors, hooks."""
+    out: list[Any] = []
+    for path, m in model.named_modules():
+        out.append((path, type(m), sorted(vars(m)), m.training))
+        out.append([(n, id(t), type(t)) for n, t in (*m._parameters.items(), *m._buffers.items())])
+        out.append((list(m._forward_pre_hooks), list(m._forward_hooks)))
+        out.append(repr(m) if not list(m.children()) else None)
+    return out
+
+
+# --- reproducibility ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(models.REFERENCE))
+@pytest.mark.parametrize("as_spec", [False, True], ids=["tensor", "spec"])
+def test_build_equals_eager_twin(name: str, as_spec: bool) -> None:
+    ref = models.REFERENCE[name]
+    x = ref.example("cpu")
+    example = lazynn.Spec(tuple(x.shape), x.dtype) if as_spec else x
+    torch.manual_seed(0)
+    lazy = lazynn.build(ref.lazy(), example)
+    after_lazy = torch.get_rng_state()
+    torch.manual_seed(0)
+    eager = ref.eager()
+    assert torch.equal(after_lazy, torch.get_rng_state())  # the same numbers were drawn
+    assert not lazynn.is_lazy(lazy)
+    same_state(lazy, eager)
+    lazy.eval()
+    eager.eval()
+    with torch.no_grad():
+        assert torch.equal(lazy(x), eager(x))
+
+
+@st.composite
+def mixed_stacks(draw: st.DrawFn) -> list[tuple[str, int, bool]]:
+    """Layers (kind, width, bias) where kind is lazy/eager Linear, LayerNorm or ReLU."""
+    n = draw(st.integers(2, 6))
+    kinds = st.sampled_from(["lazy", "eager", "eager", "norm", "relu"])
+    return [(draw(kinds), draw(st.integers(1, 5)), draw(st.booleans())) for _ in range(n)]
+
+
+def _stack(layers: list[tuple[str, int, bool]], in_width: int, lazy: bool) -> nn.Sequential:
+    modules: list[nn.Module] = []
+    width = in_width
+    for kind, out, bias in layers:
+        if kind == "relu":
+            modules.append(nn.ReLU())
+        elif kind == "norm":
+            modules.append(nn.LayerNorm(width))
+        elif kind == "lazy" and lazy:
+            modules.append(lazynn.LazyLinear(out, bias=bias))
+            width = out
+        else:
+            modules.append(nn.Linear(width, out, bias=bias))
+            width = out
+    return nn.Sequential(*modules)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=mixed_stacks(), in_width=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_mixed_models_initialize_in_construction_order(
+    layers: list[tuple[str, int, bool]], in_width: int, seed: int
+) -> None:
+    """Eager layers after a lazy one are re-initialized where an eager model draws them."""
+    x = torch.randn(2, in_width)
+    torch.manual_seed(seed)
+    mixed = lazynn.build(_stack(layers, in_width, lazy=True), x)
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    eager = _stack(layers, in_width, lazy=False)
+    same_state(mixed, eager)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_eager_layer_changed_after_construction_is_kept_with_a_warning() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 3), nn.Linear(3, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+    with pytest.warns(UserWarning, match=r"kept the values of '1'"):
+        lazynn.build(model, (2, 5))
+    assert torch.count_nonzero(model[1].weight) == 0
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4), nn.Linear(4, 3), nn.Linear(3, 2))
+    assert torch.equal(model[0].weight, eager[0].weight)
+    assert torch.equal(model[2].weight, eager[2].weight)  # the stream stayed aligned
+
+
+def test_builds_torch_lazy_modules_too() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyConv2d(4, 3), lazynn.LazyBatchNorm2d(), nn.Flatten(),
+                          nn.LazyLinear(5), lazynn.LazyLinear(2))
+    lazynn.build(model, (2, 3, 8, 8))
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(),
+                          nn.Linear(144, 5), nn.Linear(5, 2))
+    same_state(model, eager)
+
+
+@pytest.mark.parametrize(
+    "example",
+    [(2, 3), torch.Size([2, 3]), lazynn.Spec((2, 3)), lazynn.Spec((2, 3), torch.float32)],
+    ids=["tuple", "size", "spec", "spec-dtype"],
+)
+def test_shape_specs(example: Any) -> None:
+    assert lazynn.build(lazynn.LazyLinear(4), example).in_features == 3
+
+
+def test_keyword_and_nested_examples() -> None:
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = lazynn.LazyLinear(2)
+            self.b = lazynn.LazyLinear(2)
+
+        def forward(self, pair: tuple[torch.Tensor, torch.Tensor], *, scale: torch.Tensor
+                    ) -> torch.Tensor:
+            return self.a(pair[0]) + self.b(pair[1]) * scale
+
+    model = lazynn.build(Two(), ((4, 3), (4, 5)), scale=(4, 1))
+    assert (model.a.in_features, model.b.in_features) == (3, 5)
+
+
+def test_token_ids_need_a_long_spec() -> None:
+    model = nn.Sequential(nn.Embedding(10, 4), lazynn.LazyLinear(3))
+    lazynn.build(model, lazynn.Spec((2, 7), torch.long))
+    assert model[1].in_features == 4
+
+
+def test_dtype_argument_allocates_in_that_dtype() -> None:
+    torch.manual_seed(0)
+    model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d()), (2, 3),
+                         dtype=torch.float64)
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(3, 4, dtype=torch.float64),
+                          nn.BatchNorm1d(4, dtype=torch.float64))
+    same_state(model, eager)
+    assert model[1].num_batches_tracked.dtype == torch.int64
+
+
+def test_parameters_keep_their_identity() -> None:
+    model = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyLinear(2))
+    before = list(model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    lazynn.build(model, (3, 5))
+    assert all(a is b for a, b in zip(before, model.parameters(), strict=True))
+    model(torch.randn(3, 5)).sum().backward()
+    old = model[0].weight.detach().clone()
+    optimizer.step()
+    assert not torch.equal(old, model[0].weight)
+
+
+# --- no side effects -------------------------------------------------------------------------
+
+
+def test_no_side_effects() -> None:
+    bn = nn.BatchNorm1d(3)
+    with torch.no_grad():
+        bn.running_mean.fill_(5.0)
+    calls: list[str] = []
+    model = nn.Sequential(bn, lazynn.LazyLinear(4), nn.Dropout(0.5), lazynn.LazyLinear(2)).eval()
+    handle = model[1].register_forward_hook(lambda m, a, o: calls.append(type(m).__name__))
+    py_state = random.getstate()
+    torch.set_grad_enabled(True)
+    lazynn.build(model, (6, 3))
+    assert torch.is_grad_enabled()
+    assert not model.training
+    assert not any(m.training for m in model.modules())
+    assert torch.all(bn.running_mean == 5.0)
+    assert bn.num_batches_tracked == 0
+    assert random.getstate() == py_state
+    assert list(model[1]._forward_hooks) == [handle.id]
+    calls.clear()
+    model(torch.randn(6, 3))
+    assert calls == ["Linear"]  # the user's hook survived the build and runs once
+
+
+def test_build_of_a_built_model_changes_nothing() -> None:
+    model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (2, 3))
+    weight = model[0].weight.detach().clone()
+    state = torch.get_rng_state()
+    assert lazynn.build(model, (2, 3)) is model
+    assert torch.equal(weight, model[0].weight)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+# --- atomic -----------------------------------------------------------------------------------
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [lazynn.LazyLinear(8), nn.ReLU(), nn.Sequential(lazynn.LazyLinear(4), nn.Linear(5, 2))]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_failure_names_the_module_and_leaves_the_model_as_it_was() -> None:
+    model = nn.Sequential()
+    model.add_module("encoder", Encoder())
+    before = fingerprint(model)
+    rng = torch.get_rng_state()
+    with pytest.raises(lazynn.InferenceError) as info:
+        lazynn.build(model, (3, 6))
+    text = str(info.value)
+    assert "Linear at 'encoder.layers.2.1'" in text
+    assert "(3, 4)" in text  # the input shape it received
+    assert "Fix:" in text
+    assert fingerprint(model) == before
+    assert lazynn.is_lazy(model.encoder.layers[0])
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_failure_during_allocation_rolls_back() -> None:
+    class Exploding(nn.Linear):
+        def reset_parameters(self) -> None:
+            if not self.weight.is_meta and getattr(self, "armed", False):
+                raise MemoryError("simulated out of memory")
+            super().reset_parameters()
+
+    model = nn.Sequential(lazynn.LazyLinear(4), Exploding(4, 2))
+    model[1].armed = True
+    before = fingerprint(model)
+    placeholders = [model[0].weight, model[0].bias]
+    rng = torch.get_rng_state()
+    with pytest.raises(MemoryError):
+        lazynn.build(model, (2, 3))
+    assert fingerprint(model) == before
+    assert all(lazynn.is_lazy(p) for p in placeholders)
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_unreached_lazy_layer_is_an_error() -> None:
+    class Branchy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = lazynn.LazyLinear(2)
+            self.head = lazynn.LazyLinear(2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    model = Branchy()
+    with pytest.raises(lazynn.InferenceError, match=r"never called 'head'"):
+        lazynn.build(model, (1, 3))
+    assert lazynn.is_lazy(model.used)
+
+
+# --- meta, then materialize ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(models.REFERENCE))
+def test_meta_build_then_materialize_equals_eager(name: str) -> None:
+    ref = models.REFERENCE[name]
+    x = ref.example("cpu")
+    torch.manual_seed(0)
+    model = lazynn.build(ref.lazy(), x, device="meta")
+    metas = [t.is_meta for t in (*model.parameters(), *model.buffers())]
+    assert metas[-1]  # the lazy layers are on meta; eager ones before them keep their values
+    assert metas == sorted(metas)
+    assert not lazynn.is_lazy(model)
+    lazynn.materialize(model, device="cpu")
+    state = torch.get_rng_state()
+    torch.manual_seed(0)
+    eager = ref.eager()
+    same_state(model, eager)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_materialize_refuses_unbuilt_and_uninitializable_models() -> None:
+    with pytest.raises(lazynn.LazynnError, match="build it first"):
+        lazynn.materialize(nn.Sequential(lazynn.LazyLinear(2)))
+
+    class Raw(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(3, device="meta"))
+
+    model = nn.Sequential(nn.Linear(2, 3, device="meta"), Raw())
+    with pytest.raises(lazynn.LazynnError, match=r"'1' without one") as info:
+        lazynn.materialize(model)
+    assert "reset_parameters" in str(info.value)
+    assert model[0].weight.is_meta  # nothing was allocated
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    lazynn.build(nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyLinear(2)), (1, 3), progress=True)
+    err = capsys.readouterr().err
+    assert "lazynn.build [" in err
+    assert "100%" in err
+    lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (1, 3))  # default: off (not a terminal)
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_defaults_to_off_for_small_or_piped() -> None:
+    assert not Progress(10, "x").enabled
+    assert not Progress(10**9, "x").enabled  # stderr is not a terminal under pytest
+    assert Progress(10, "x", enabled=True).enabled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Progress(0, "x", enabled=True).close()
