@@ -11,6 +11,7 @@ and read the diff before committing: the numbers are checked by hand in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -83,12 +84,11 @@ class Fingerprint:
             for key, value in attrs.items():
                 assert attrs2[key] is value, f"{path}.{key} replaced"
         for path, name, container, content in self.containers:
-            now = dict(container) if isinstance(container, dict) else set(container)
-            assert now.keys() == content.keys() if isinstance(now, dict) else now == content, (
-                f"{path}.{name} changed"
-            )
-            if isinstance(now, dict):
-                assert all(now[k] is content[k] for k in content), f"{path}.{name} changed"
+            if isinstance(container, dict):  # parameters, buffers, modules, every hook dict
+                assert list(container) == list(content), f"{path}.{name} changed"
+                assert all(container[k] is v for k, v in content.items()), f"{path}.{name}"
+            else:
+                assert container == content, f"{path}.{name} changed"
         assert [(p, n) for p, n, _ in after.tensors] == [(p, n) for p, n, _ in self.tensors]
         for (_, name, t), (_, _, t2) in zip(self.tensors, after.tensors, strict=True):
             assert t2 is t, f"{name} replaced"
@@ -174,6 +174,9 @@ TOTALS: dict[str, tuple[Any, tuple[Any, ...]]] = {
 }
 
 
+# A tied decoder is "changed after construction": build() keeps it, with a warning (reported).
+KEPT_TIED = pytest.mark.filterwarnings("ignore:lazynn.build kept the values:UserWarning")
+
 # --- golden files ---------------------------------------------------------------------------
 
 
@@ -218,6 +221,7 @@ def test_lazy_cnn_numbers_by_hand() -> None:
 # --- totals equal the built model -----------------------------------------------------------
 
 
+@KEPT_TIED
 @pytest.mark.parametrize("name", sorted(TOTALS))
 def test_totals_equal_built_model(name: str) -> None:
     factory, examples = TOTALS[name]
@@ -233,6 +237,7 @@ def test_totals_equal_built_model(name: str) -> None:
     assert all(r.lazy_type is None for r in after.rows)
 
 
+@KEPT_TIED
 @pytest.mark.parametrize("name", sorted(TOTALS))
 def test_rows_equal_built_modules(name: str) -> None:
     factory, examples = TOTALS[name]
@@ -433,10 +438,7 @@ def test_module_registered_under_two_names() -> None:
 
 
 def test_unreached_lazy_layer() -> None:
-    """A lazy layer the examples never reach: shown unbuilt, or a clear InferenceError.
-
-    Never an UnbuiltError about ``Tensor.shape`` telling the user to call the model.
-    """
+    """A lazy layer the examples never reach is listed as not called, and not counted."""
 
     class Branchy(nn.Module):
         def __init__(self) -> None:
@@ -449,16 +451,16 @@ def test_unreached_lazy_layer() -> None:
 
     model = Branchy()
     fingerprint = Fingerprint(model)
-    try:
-        s = lazynn.summary(model, (2, 5))
-    except lazynn.InferenceError as error:
-        assert "'spare'" in str(error)
-    else:
-        rows = {r.path: r for r in s.rows}
-        assert rows["spare"].lazy_type == "LazyLinear"
-        assert rows["spare"].inputs == rows["spare"].outputs == ()
-        assert rows["used"].num_parameters == 18
+    s = lazynn.summary(model, (2, 5))
     fingerprint.assert_unchanged()
+    rows = {r.path: r for r in s.rows}
+    assert s.unreached == ("spare",)
+    assert (rows["spare"].type, rows["spare"].lazy_type) == ("LazyLinear", "LazyLinear")
+    assert rows["spare"].inputs == rows["spare"].outputs == rows["spare"].parameters == ()
+    assert rows["used"].num_parameters == s.total_parameters == 18
+    lines = str(s).splitlines()
+    assert any("spare (LazyLinear, not called: sizes unknown)" in line for line in lines)
+    assert "Not called by the examples, so not counted: 'spare'" in lines
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -550,10 +552,8 @@ def test_failure_after_a_caught_error_names_the_module_that_raised() -> None:
             self.fc = lazynn.LazyLinear(2)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            try:
+            with contextlib.suppress(RuntimeError):  # inputs of other widths skip it
                 x = self.narrow(x)
-            except RuntimeError:
-                pass  # inputs of other widths skip it
             return self.fc(x) @ torch.ones(7, 2)
 
     model = Fallback()

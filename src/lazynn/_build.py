@@ -150,7 +150,10 @@ def _allocate(
                 mixed = start
                 seen_lazy = False
                 kept: list[str] = []
+                owned: set[int] = set()  # tensors of modules already visited (ties)
                 for path, module in model.named_modules():
+                    tied = any(id(t) in owned for t in _own_tensors(module))
+                    owned.update(id(t) for t in _own_tensors(module))
                     if module in rehearsal.sizes and is_unbuilt(module):
                         assert isinstance(module, LazyLayer)
                         module._lazynn_build(rehearsal.sizes[module], device=device, dtype=dtype)
@@ -168,7 +171,7 @@ def _allocate(
                         # layers before the first lazy one keep their (correct) values.
                         module.to_empty(device="meta", recurse=False)
                     elif seen_lazy and mixed is not None and _own_tensors(module):
-                        mixed = _replay_eager(path, module, mixed, kept)
+                        mixed = _replay_eager(path, module, mixed, kept, tied)
                 if (device is not None and not on_meta) or dtype is not None:
                     model.to(device=None if on_meta else device, dtype=dtype)
         except BaseException:
@@ -187,7 +190,9 @@ def _allocate(
         )
 
 
-def _replay_eager(path: str, module: nn.Module, mixed: torch.Tensor, kept: list[str]) -> Any:
+def _replay_eager(
+    path: str, module: nn.Module, mixed: torch.Tensor, kept: list[str], tied: bool
+) -> Any:
     """Re-initialize an eager layer where an all-eager construction would have.
 
     ``mixed`` is the generator state at this point of the *mixed* model's construction (lazy
@@ -207,10 +212,11 @@ def _replay_eager(path: str, module: nn.Module, mixed: torch.Tensor, kept: list[
         torch.equal(a, b) for a, b in zip(_own_tensors(twin), _own_tensors(module), strict=True)
     )
     torch.set_rng_state(eager_position)
-    if untouched:
+    if untouched and not tied:
         reset()
-    else:
-        kept.append(path)
+    else:  # changed by the user, or sharing a tensor with an earlier module (weight tying)
+        if not tied:
+            kept.append(path)
         twin = copy.deepcopy(module)
         twin.reset_parameters()  # advance the stream as eager init would
     return mixed_after

@@ -99,6 +99,11 @@ def _summary(args: argparse.Namespace) -> str:
     specs = []
     for text in args.input:
         shape, _, dtype = text.partition(":")
+        if dtype and not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise CommandError(
+                f"--input {text!r}: expected a dtype name after ':' (long, float16...), "
+                f"received {dtype!r}"
+            )
         specs.append(Spec.parse(shape, dtype or None))
     factory = _load_factory(args.target)
     model_dtype = _dtype(args.dtype)
@@ -128,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(_summary(args))
     except (CommandError, LazynnError) as error:
-        print(f"lazynn: error: {error}", file=sys.stderr)
+        text = " ".join(str(error).split())  # one line, whatever the error's own layout
+        print(f"lazynn: error: {text}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
         sys.stderr.close()

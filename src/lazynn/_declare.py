@@ -44,7 +44,7 @@ from ._errors import (
     module_path,
     shape_str,
 )
-from ._mixin import LazyModuleMixin
+from ._mixin import LazyModuleMixin, in_build, rehearsing
 from ._placeholder import UninitializedBuffer, UninitializedParameter, _fill, _raw, is_placeholder
 
 __all__ = ["UNKNOWN", "Infer", "LazyLayer"]
@@ -278,7 +278,17 @@ class LazyLayer(LazyModuleMixin):
                         "reshape the input to one of the accepted layouts",
                     )
                 )
-            sizes[name] = int(value.shape[dim])
+            size = int(value.shape[dim])
+            if size < 1:
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        f"a positive {name} (dimension {dim} of the input)",
+                        f"shape {shape_str(value.shape)}, which gives {name}={size}",
+                        "call the layer with a non-empty input",
+                    )
+                )
+            sizes[name] = size
         return sizes
 
     def _lazynn_argument(
@@ -300,8 +310,19 @@ class LazyLayer(LazyModuleMixin):
             for _, _, t in self._lazynn_slots()
             if is_placeholder(t) and (t.is_floating_point() or t.is_complex())
         ]
+        devices = {_raw(t).device for _, _, t in self._lazynn_slots() if is_placeholder(t)}
         for name, spec in self.inferred.items():
             value = self._lazynn_argument(spec.arg, args, kwargs)
+            if devices and value.device not in devices:
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        f"an input on {', '.join(sorted(map(str, devices)))} (the layer's device)",
+                        f"an input on {value.device} (to infer {name})",
+                        "move the input (x.to(device)) or the layer (layer.to(device)) before "
+                        "the first call, or use lazynn.build(model, example) for a dry run",
+                    )
+                )
             dtype = value.dtype
             kind = value.device.type
             if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
@@ -376,13 +397,22 @@ class LazyLayer(LazyModuleMixin):
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
         """Read the sizes from example inputs, check them, and build the layer.
 
-        Prefer calling the layer (or ``lazynn.build``); this does the build without
-        running the forward, as torch's ``initialize_parameters`` does.
+        Builds without running the forward, as torch's ``initialize_parameters`` does; called
+        directly, it builds completely (class swap included), as a first call would.
         """
+        if not in_build():
+            self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
+            return
         sizes = self._lazynn_read_sizes(args, kwargs)
         self._lazynn_check_dtype(args, kwargs)
-        shadow = self._lazynn_validate(sizes, args, kwargs)
         on_meta = all(_raw(t).is_meta for _, _, t in self._lazynn_slots() if is_placeholder(t))
+        if on_meta and rehearsing():
+            # The rehearsal runs this layer's forward right after, and restores everything
+            # if it fails: checking on meta first would only run the forward twice.
+            shadow = self._lazynn_construct(sizes, "meta")
+            _match_dtypes(shadow, self._lazynn_slots())
+        else:
+            shadow = self._lazynn_validate(sizes, args, kwargs)
         self._lazynn_build(sizes, source=shadow if on_meta else None)
 
     def _lazynn_build(
@@ -403,8 +433,15 @@ class LazyLayer(LazyModuleMixin):
         if source is not None:
             eager = source
         else:
-            on_meta = any(_raw(t).is_meta for _, _, t in slots if is_placeholder(t))
-            where = device if device is not None else ("meta" if on_meta else self._lazynn_device)
+            devices = {_raw(t).device for _, _, t in slots if is_placeholder(t)}
+            if device is not None:
+                where: torch.device | str = device
+            elif any(d.type == "meta" for d in devices):
+                where = "meta"
+            elif self._lazynn_device.type == "meta" and devices:
+                where = next(iter(devices))  # declared on meta, then to_empty(): build there
+            else:
+                where = self._lazynn_device
             eager = self.cls_to_become(
                 **self._lazynn_kwargs,
                 **sizes,

@@ -60,7 +60,8 @@ def describe(value: object) -> str:
 
         if is_placeholder(value):
             return f"an unbuilt {type(value).__name__}"
-        return f"a {value.dtype} tensor of shape {shape_str(value.shape)} on {value.device}"
+        where = "" if value.is_meta else f" on {value.device}"  # meta: the user gave a shape
+        return f"a {value.dtype} tensor of shape {shape_str(value.shape)}{where}"
     if isinstance(value, (tuple, list)):
         inner = ", ".join(describe(v) for v in value)
         return f"{type(value).__name__}[{inner}]"
@@ -92,6 +93,16 @@ def _find_child(root: nn.Module, target: nn.Module) -> str | None:
     return None
 
 
+def _is_wrapper(module: nn.Module) -> bool:
+    """A module that only wraps the user's model (its path step is not the user's)."""
+    return type(module).__name__ in (
+        "OptimizedModule",
+        "DistributedDataParallel",
+        "DataParallel",
+        "FullyShardedDataParallel",
+    )
+
+
 def module_path(module: nn.Module, known: str | None = None) -> str:
     """Where ``module`` sits in the model being run, as ``"LazyLinear at 'encoder.fc'"``.
 
@@ -111,7 +122,10 @@ def module_path(module: nn.Module, known: str | None = None) -> str:
         if isinstance(owner, nn.Module) and owner is not target:
             step = _find_child(owner, target)
             if step is not None:
-                parts.insert(0, step)
+                if _is_wrapper(owner):  # torch.compile / DDP / DataParallel add one level
+                    step = step.split(".", 1)[1] if "." in step else ""
+                if step:
+                    parts.insert(0, step)
                 target = owner
         frame = frame.f_back  # type: ignore[assignment]
     if not parts:

@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
-from ._errors import UnbuiltError, message, module_path
+from ._errors import InferenceError, UnbuiltError, message, module_path
 from ._placeholder import is_placeholder
 from ._snapshot import Snapshot
 
@@ -39,6 +39,45 @@ if TYPE_CHECKING:
     _ModuleForTyping = nn.Module
 else:
     _ModuleForTyping = object
+
+#: Set (per thread) while lazynn.build / summary rehearse a model on meta: a failure there
+#: costs nothing (the model is restored), so layers skip their own meta check.
+_REHEARSAL = threading.local()
+
+
+def rehearsing() -> bool:
+    """Whether this thread is inside a meta rehearsal (see ``_rehearse``)."""
+    return bool(getattr(_REHEARSAL, "active", False))
+
+
+#: Per thread: the ids of modules this thread built during the current first call(s).
+_BUILT_HERE = threading.local()
+#: Per thread: depth of _infer_parameters calls (initialize_parameters called inside one).
+_IN_BUILD = threading.local()
+
+
+def in_build() -> bool:
+    """Whether this thread is inside ``_infer_parameters`` (so inside a build)."""
+    return bool(getattr(_IN_BUILD, "active", 0))
+
+
+def _refuse_under_functorch(module: nn.Module) -> None:
+    # torch._C._functorch.peek_interpreter_stack is private; torch.func has no public "is a
+    # transform active" query. Building under grad/vmap would materialize parameters inside
+    # the transform (torch's own lazy modules crash the interpreter there).
+    # tests/test_torch_internals.py checks it still exists.
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise InferenceError(
+            message(
+                module_path(module),
+                "its first call outside torch.func transforms",
+                "a first call inside torch.func.grad / vmap / jacrev (or functional_call "
+                "under one)",
+                "build the model first with a plain call, model(example), or "
+                "lazynn.build(model, example); then apply the transform",
+            )
+        )
+
 
 #: One lock for every materialization in the process. A build happens once per module, so
 #: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
@@ -145,12 +184,15 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     ) -> None:
         """Build ``module`` from example inputs, once, atomically; then detach the machinery.
 
-        Called by the forward pre-hook, by ``forward`` of lazynn layers and by dynamo.
+        Called by the forward pre-hook, by ``initialize_parameters`` of lazynn layers and by
+        dynamo (torch.compile).
         """
+        _refuse_under_functorch(module)
         with _BUILD_LOCK:
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
             snapshot = Snapshot(module)
+            _IN_BUILD.active = getattr(_IN_BUILD, "active", 0) + 1
             try:
                 module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
                 if module.has_uninitialized_params():  # type: ignore[operator]
@@ -167,7 +209,40 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             except BaseException:
                 snapshot.restore()
                 raise
+            finally:
+                _IN_BUILD.active -= 1
             _finish(module)
+            built = getattr(_BUILT_HERE, "ids", None)
+            if built is not None:
+                built.add(id(module))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``nn.Module``'s; a first call whose forward fails is undone.
+
+        The sizes are checked before the build, but some failures show only in the real
+        forward (a batch of one for BatchNorm in training, a transposed convolution's output
+        size): then the build is rolled back, RNG included, so a retry works. Only unbuilt
+        modules pass through here: the build swaps the class, and with it this method.
+        """
+        call = super().__call__
+        if not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
+            return call(*args, **kwargs)
+        snapshot = Snapshot(self)  # type: ignore[arg-type]
+        rng = torch.get_rng_state()
+        outer = getattr(_BUILT_HERE, "ids", None)
+        _BUILT_HERE.ids = set()
+        try:
+            return call(*args, **kwargs)
+        except BaseException:
+            if id(self) in _BUILT_HERE.ids:
+                with _BUILD_LOCK:
+                    snapshot.restore()
+                    torch.set_rng_state(rng)
+            raise
+        finally:
+            if outer is not None:
+                outer |= _BUILT_HERE.ids
+            _BUILT_HERE.ids = outer
 
     def register_forward_pre_hook(  # type: ignore[override]
         self,
@@ -218,7 +293,9 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         )
         for key in [k for k in destination if k.startswith(prefix)]:
             entry = destination[key]
-            if is_placeholder(entry) and entry is not self._parameters.get(key[len(prefix) :]):
+            own = key[len(prefix) :]
+            live = entry is self._parameters.get(own) or entry is self._buffers.get(own)
+            if is_placeholder(entry) and not live:  # a detached copy, not keep_vars
                 # Named in the error if this entry is loaded into a built model.
                 entry._lazynn_checkpoint = f"'{key}' (saved from an unbuilt {type(self).__name__})"
 

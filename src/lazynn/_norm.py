@@ -27,31 +27,42 @@ __all__ = [
 
 class _LazyNorm(LazyLayer):
     mixed_precision_input = True  # torch's norms accept float16/bfloat16 input with fp32 stats
-    _defaults = (True, True)
 
     def __init__(
         self,
         eps: float = 1e-5,
         momentum: float | None = 0.1,
-        affine: bool | None = None,
-        track_running_stats: bool | None = None,
+        affine: bool = True,
+        track_running_stats: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        bias: bool = True,
     ) -> None:
         self._lazynn_setup(
             eps=eps,
             momentum=momentum,
-            affine=self._defaults[0] if affine is None else affine,
-            track_running_stats=self._defaults[1]
-            if track_running_stats is None
-            else track_running_stats,
+            affine=affine,
+            track_running_stats=track_running_stats,
             device=device,
             dtype=dtype,
+            bias=bias,
         )
 
 
 class _LazyInstanceNorm(_LazyNorm):
-    _defaults = (False, False)
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
 
 _DOC = """``nn.{eager}`` with ``num_features`` inferred from the input's channel dimension.

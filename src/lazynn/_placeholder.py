@@ -238,8 +238,8 @@ class _Placeholder:
                 return func(*args, **kwargs)
             elif func in _CONVERSIONS and isinstance(self, _Placeholder):
                 raw = func(_raw(self), *args[1:], **kwargs)  # type: ignore[arg-type]
-                if raw is _raw(self):  # type: ignore[arg-type]
-                    return self
+                if raw is _raw(self) or not isinstance(raw, torch.Tensor):  # type: ignore[arg-type]
+                    return self if isinstance(raw, torch.Tensor) else raw  # e.g. p.type() -> str
                 keep_grad = func is not torch.Tensor.detach and self.requires_grad  # type: ignore[attr-defined]
                 return self._like(raw.detach(), keep_grad)
             elif func is torch.Tensor.requires_grad_ and isinstance(self, _Placeholder):
@@ -286,7 +286,8 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: 
 
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         raw = _raw(self)
-        return (type(self), (self.requires_grad, raw.device, raw.dtype))
+        marker = self.__dict__.get("_lazynn_checkpoint")
+        return (_rebuild, (type(self), self.requires_grad, raw.device, raw.dtype, True, marker))
 
 
 class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore[misc,override]
@@ -317,7 +318,32 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         raw = _raw(self)
         persistent = self.__dict__.get("persistent", True)
-        return (type(self), (self.requires_grad, raw.device, raw.dtype, persistent))
+        marker = self.__dict__.get("_lazynn_checkpoint")
+        return (
+            _rebuild,
+            (type(self), self.requires_grad, raw.device, raw.dtype, persistent, marker),
+        )
+
+
+def _rebuild(
+    cls: type[torch.Tensor],
+    requires_grad: bool,
+    device: torch.device,
+    dtype: torch.dtype,
+    persistent: bool,
+    checkpoint: str | None,
+) -> torch.Tensor:
+    """Unpickle a placeholder (registered as a safe global for ``torch.load``)."""
+    new: torch.Tensor
+    if cls is UninitializedBuffer:
+        new = UninitializedBuffer(requires_grad, device, dtype, persistent)
+    elif cls is UninitializedParameter:
+        new = UninitializedParameter(requires_grad, device, dtype)
+    else:
+        raise TypeError(f"not a lazynn placeholder class: {cls!r}")
+    if checkpoint is not None:
+        new._lazynn_checkpoint = checkpoint  # type: ignore[attr-defined,union-attr]
+    return new
 
 
 def relocate(
@@ -367,4 +393,4 @@ def is_lazy(obj: object) -> bool:
 
 # An unbuilt model's state_dict holds placeholders; allow them in torch.load's default
 # weights_only=True mode. add_safe_globals is torch's public registry for exactly this.
-torch.serialization.add_safe_globals([UninitializedParameter, UninitializedBuffer])
+torch.serialization.add_safe_globals([UninitializedParameter, UninitializedBuffer, _rebuild])

@@ -12,6 +12,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,24 +187,32 @@ def rehearse(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> R
     """
     meta_args = as_meta(tuple(args))
     meta_kwargs = as_meta(dict(kwargs))
-    paths = {id(m): p for p, m in model.named_modules(remove_duplicate=False)}
+    paths: dict[int, str] = {}
+    for p, m in model.named_modules(remove_duplicate=False):
+        paths.setdefault(id(m), p)  # a module under two names: its first, as in the rows
     modules = dict(model.named_modules())
     lazy_before = {p: type(m) for p, m in modules.items() if _is_lazy_module(m)}
     calls: dict[str, Call] = {}
-    stack: list[tuple[str, nn.Module, Any, Any]] = []
+    stack: list[tuple[str, nn.Module, Any, Any, BaseException | None]] = []
     sizes: dict[nn.Module, dict[str, int]] = {}
     inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
+    failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
+
     def pre(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         path = paths.get(id(module), "?")
-        stack.append((path, module, a, k))
+        stack.append((path, module, a, k, sys.exc_info()[1]))
         if path not in calls:
             calls[path] = Call(path, _shapes((a, k)))
             if path in lazy_before and not isinstance(module, LazyLayer):
                 inputs[module] = (a, k)
 
     def post(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
-        path, _, _, _ = stack.pop()
+        path, _, entry_a, entry_k, before = stack.pop()
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not before:  # this module's forward raised
+            failures.append((raised, (path, module, entry_a, entry_k)))
+            return
         call = calls[path]
         if not call.outputs:
             call.outputs = _shapes(out)
@@ -221,13 +230,15 @@ def rehearse(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> R
                             if tensor is not None:
                                 store[name] = _meta_twin(tensor)
                     module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
-                    module.register_forward_hook(post, with_kwargs=True)
+                    module.register_forward_hook(post, with_kwargs=True, always_call=True)
                 try:
                     output = model(*meta_args, **meta_kwargs)
                 except LazynnError:
                     raise
                 except Exception as error:
-                    raise _failure(error, stack) from error
+                    # The innermost module whose forward raised this very exception.
+                    where = next((w for e, w in failures if e is error), None)
+                    raise _failure(error, where) from error
                 types = {p: type(m).__name__ for p, m in modules.items()}
                 tensors = {p: _tensor_infos(m, snapshot) for p, m in modules.items()}
         finally:
@@ -258,8 +269,8 @@ def _tensor_infos(module: nn.Module, snapshot: Snapshot) -> list[TensorInfo]:
     return infos
 
 
-def _failure(error: Exception, stack: list[tuple[str, nn.Module, Any, Any]]) -> InferenceError:
-    if not stack:
+def _failure(error: Exception, where: tuple[str, nn.Module, Any, Any] | None) -> InferenceError:
+    if where is None:
         return InferenceError(
             message(
                 "the model",
@@ -269,12 +280,12 @@ def _failure(error: Exception, stack: list[tuple[str, nn.Module, Any, Any]]) -> 
                 detail=f"{type(error).__name__}: {error}",
             )
         )
-    path, module, a, k = stack[-1]
-    where = f"{type(module).__name__} at '{path}'" if path else f"{type(module).__name__} (root)"
+    path, module, a, k = where
+    label = f"{type(module).__name__} at '{path}'" if path else f"{type(module).__name__} (root)"
     received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in _shapes((a, k)))
     return InferenceError(
         message(
-            where,
+            label,
             "inputs it can take (the build ran the model on meta tensors)",
             f"inputs of shapes {received or 'none'}",
             "check the example inputs' shapes and the layers before this one; the model is "
