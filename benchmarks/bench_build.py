@@ -119,7 +119,7 @@ def _worker(contender: str, model_key: str, quick: bool) -> dict[str, Any]:
     cold_t, cold_m, model = _measure(run)
     params = sum(p.numel() for p in model.parameters())
     del model
-    warm_t, warm_m, model = _measure(run)
+    warm_t, warm_m, _ = _measure(run)
     return {"cold_s": cold_t, "cold_bytes": cold_m, "warm_s": warm_t, "warm_bytes": warm_m,
             "params": params}
 

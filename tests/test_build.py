@@ -22,7 +22,7 @@ import lazynn
 from lazynn._progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import models  # noqa: E402
+import models
 
 
 def same_state(a: nn.Module, b: nn.Module) -> None:
