@@ -23,7 +23,8 @@ from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
 from ._declare import LazyLayer, _map_tensors
 from ._errors import InferenceError, LazynnError, message, shape_str
-from ._mixin import _BUILD_LOCK
+from ._memo import Memo
+from ._mixin import _BUILD_LOCK, _REHEARSAL
 from ._placeholder import is_placeholder, relocate
 from ._snapshot import Snapshot
 
@@ -178,12 +179,15 @@ def _is_lazy_module(module: nn.Module) -> bool:
     return isinstance(module, TorchLazy) and hasattr(module, "_initialize_hook")
 
 
-def rehearse(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Rehearsal:
+def rehearse(
+    model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any], memoize: bool = True
+) -> Rehearsal:
     """Run ``model`` on meta versions of the examples; return what was learnt.
 
     The model is left exactly as it was, success or failure. A failure raises
     :class:`~lazynn.InferenceError` naming the innermost module running when it happened,
-    its type and the input shapes it received.
+    its type and the input shapes it received. ``memoize`` lets identical repeated blocks
+    reuse one block's result (see ``_memo``).
     """
     meta_args = as_meta(tuple(args))
     meta_kwargs = as_meta(dict(kwargs))
@@ -222,8 +226,10 @@ def rehearse(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> R
 
     with _BUILD_LOCK:
         snapshot = Snapshot(model)
+        _REHEARSAL.active = True
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                memo = Memo(model, paths) if memoize else None
                 for module in modules.values():
                     for store in (module._parameters, module._buffers):
                         for name, tensor in store.items():
@@ -238,18 +244,55 @@ def rehearse(model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> R
                 except Exception as error:
                     # The innermost module whose forward raised this very exception.
                     where = next((w for e, w in failures if e is error), None)
-                    raise _failure(error, where) from error
-                types = {p: type(m).__name__ for p, m in modules.items()}
-                tensors = {p: _tensor_infos(m, snapshot) for p, m in modules.items()}
+                    raise _failure(error, where, lazy_before) from error
+                stand_in = _propagate(memo, modules, calls, sizes, inputs) if memo else {}
+                types = {p: type(modules[stand_in.get(p, p)]).__name__ for p in modules}
+                tensors = {
+                    p: _tensor_infos(modules[stand_in.get(p, p)], snapshot, m)
+                    for p, m in modules.items()
+                }
         finally:
+            _REHEARSAL.active = False
             snapshot.restore()
     unreached = [p for p, m in modules.items() if p in lazy_before and p not in calls]
     return Rehearsal(calls, types, tensors, sizes, inputs, unreached, output)
 
 
-def _tensor_infos(module: nn.Module, snapshot: Snapshot) -> list[TensorInfo]:
-    """The module's own tensors after the meta build, named by the real tensors' ids."""
-    originals = snapshot.original_tensors(module)
+def _propagate(
+    memo: Memo,
+    modules: dict[str, nn.Module],
+    calls: dict[str, Call],
+    sizes: dict[nn.Module, dict[str, int]],
+    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]],
+) -> dict[str, str]:
+    """Give the modules inside skipped blocks what their twins learnt; returns, for each
+    such module's path, the path of the module that really ran in its place."""
+    stand_in: dict[str, str] = {}
+    for path, twin in memo.aliases:  # call order: aliases inside a twin come first
+        for sub, _ in modules[path].named_modules():
+            if not sub:
+                continue
+            mine, theirs = f"{path}.{sub}" if path else sub, f"{twin}.{sub}" if twin else sub
+            source = stand_in.get(theirs, theirs)
+            stand_in[mine] = source
+            if theirs in calls and mine not in calls:
+                call = calls[theirs]
+                calls[mine] = Call(mine, call.inputs, call.outputs)
+            if modules[theirs] in sizes:
+                sizes[modules[mine]] = sizes[modules[theirs]]
+            if modules[theirs] in inputs:
+                inputs[modules[mine]] = inputs[modules[theirs]]
+    return stand_in
+
+
+def _tensor_infos(
+    module: nn.Module, snapshot: Snapshot, owner: nn.Module | None = None
+) -> list[TensorInfo]:
+    """The module's own tensors after the meta build, named by the real tensors' ids.
+
+    ``owner`` is the module the infos are for, when ``module`` ran in its place (memo).
+    """
+    originals = snapshot.original_tensors(owner if owner is not None else module)
     infos = []
     for name, tensor in (*module._parameters.items(), *module._buffers.items()):
         if tensor is None or is_placeholder(tensor):  # a lazy layer the forward never called
@@ -269,7 +312,11 @@ def _tensor_infos(module: nn.Module, snapshot: Snapshot) -> list[TensorInfo]:
     return infos
 
 
-def _failure(error: Exception, where: tuple[str, nn.Module, Any, Any] | None) -> InferenceError:
+def _failure(
+    error: Exception,
+    where: tuple[str, nn.Module, Any, Any] | None,
+    lazy_before: dict[str, type],
+) -> InferenceError:
     if where is None:
         return InferenceError(
             message(
@@ -281,7 +328,8 @@ def _failure(error: Exception, where: tuple[str, nn.Module, Any, Any] | None) ->
             )
         )
     path, module, a, k = where
-    label = f"{type(module).__name__} at '{path}'" if path else f"{type(module).__name__} (root)"
+    name = lazy_before.get(path, type(module)).__name__  # a lazy layer, by its own name
+    label = f"{name} at '{path}'" if path else f"{name} (root)"
     received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in _shapes((a, k)))
     return InferenceError(
         message(

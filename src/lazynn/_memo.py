@@ -1,0 +1,173 @@
+"""Repeated blocks in a meta rehearsal: run one, reuse its result for its identical twins.
+
+A transformer has 32 or 80 identical blocks, a ResNet stage a few: on meta, a block's output
+depends only on its structure (classes, constructor attributes, tensor shapes and dtypes) and
+its inputs' shapes, so once one block has run, each identical block called with identical
+input shapes can return fresh meta tensors of the recorded shapes without running. The lazy
+layers inside a skipped block get the sizes of their counterparts in the block that ran.
+
+Only blocks that are safe to skip are memoized: children of ``nn.Sequential`` /
+``nn.ModuleList`` / ``nn.ModuleDict`` with submodules of their own, with no user hooks
+anywhere below them, every attribute hashable (or a function), called with tensors and plain
+values only, returning tensors (in tuples, lists, dicts) only. Anything else runs normally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._declare import UNKNOWN
+from ._mixin import _pre_hook
+from ._placeholder import is_placeholder
+
+__all__ = ["Memo"]
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+_MODULE_KEYS = frozenset(nn.Module().__dict__)
+
+
+class _Unhashable(Exception):
+    pass
+
+
+def _value_key(value: Any) -> Hashable:
+    if value is UNKNOWN:
+        return "?"
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.dtype)):
+        return (type(value), value)
+    if isinstance(value, torch.device):
+        return ("device", str(value))
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_value_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((_value_key(k), _value_key(v)) for k, v in value.items()))
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value))  # a plain tensor attribute: only itself is identical
+    if callable(value) and not isinstance(value, nn.Module):
+        return ("callable", id(value))
+    raise _Unhashable
+
+
+def _signature(value: Any) -> Hashable:
+    """The shape-level identity of forward arguments (raises _Unhashable if not plain)."""
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(value.shape), tuple(value.stride()), value.dtype, value.device.type)
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return (type(value), value)
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _signature(v)) for k, v in value.items()))
+    raise _Unhashable
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(v) for v in value.values())
+    return False
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device=value.device
+        )
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_fresh(v) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
+class Memo:
+    """Installs memoizing ``forward``s on the repeated blocks of a model (in ``__dict__``,
+    so the rehearsal's Snapshot removes them) and records which block stood in for which."""
+
+    def __init__(self, model: nn.Module, paths: dict[int, str]) -> None:
+        self.paths = paths
+        self.results: dict[Hashable, tuple[str, Any]] = {}
+        #: (path of a skipped block, path of the identical block that ran), in call order
+        self.aliases: list[tuple[str, str]] = []
+        self._prints: dict[int, Hashable | None] = {}
+        for parent in model.modules():
+            if not isinstance(parent, _CONTAINERS):
+                continue
+            for block in parent._modules.values():
+                if block is None or not block._modules:
+                    continue
+                fingerprint = self._fingerprint(block)
+                if fingerprint is not None:
+                    block.__dict__["forward"] = self._forward(block, fingerprint)
+
+    def _fingerprint(self, module: nn.Module) -> Hashable | None:
+        key = id(module)
+        if key not in self._prints:
+            self._prints[key] = self._compute(module)
+        return self._prints[key]
+
+    def _compute(self, module: nn.Module) -> Hashable | None:
+        if (
+            module._forward_hooks
+            or module._backward_hooks
+            or module._backward_pre_hooks
+            or any(h is not _pre_hook for h in module._forward_pre_hooks.values())
+        ):
+            return None  # a user's hook would not run for a skipped twin
+        try:
+            attrs = tuple(
+                (k, _value_key(v))
+                for k, v in module.__dict__.items()
+                if k not in _MODULE_KEYS
+                and k not in ("_initialize_hook", "forward")
+                and (not k.startswith("_lazynn_") or k == "_lazynn_kwargs")
+            )
+        except _Unhashable:
+            return None
+        tensors = tuple(
+            (
+                name,
+                None
+                if t is None
+                else ("lazy", t.dtype, t.requires_grad)
+                if is_placeholder(t)
+                else (tuple(t.shape), t.dtype, t.requires_grad),
+            )
+            for name, t in (*module._parameters.items(), *module._buffers.items())
+        )
+        children = []
+        for name, child in module._modules.items():
+            sub = self._fingerprint(child) if child is not None else ("none",)
+            if sub is None:
+                return None
+            children.append((name, sub))
+        return (type(module), attrs, tensors, tuple(children))
+
+    def _forward(self, block: nn.Module, fingerprint: Hashable) -> Callable[..., Any]:
+        original = type(block).forward
+        path = self.paths.get(id(block), "?")
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            try:
+                key: Hashable | None = (fingerprint, _signature(args), _signature(kwargs))
+            except _Unhashable:
+                key = None
+            if key is not None and key in self.results:
+                twin, output = self.results[key]
+                self.aliases.append((path, twin))
+                return _fresh(output)
+            output = original(block, *args, **kwargs)
+            if key is not None and _plain(output):
+                self.results[key] = (path, output)
+            return output
+
+        return forward
