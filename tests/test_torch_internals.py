@@ -294,3 +294,17 @@ def test_error_names_nested_layer_path() -> None:
         model(torch.randn(8, 3), torch.randn(2, 5))  # a 2-d input to the conv
     with pytest.raises(lazynn.InferenceError, match=r"LazyLinear at 'encoder\.block\.fc'"):
         model(torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2, 5)))  # an integer input
+
+
+def test_functorch_interpreter_stack_query_exists() -> None:
+    """lazynn refuses a first call under torch.func via this private query (_mixin.py)."""
+    assert torch._C._functorch.peek_interpreter_stack() is None
+    seen: list[object] = []
+
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch._C._functorch.peek_interpreter_stack())
+        return x.sum()
+
+    torch.func.grad(probe)(torch.ones(2))
+    assert seen
+    assert seen[0] is not None
