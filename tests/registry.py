@@ -34,6 +34,8 @@ class Row:
     #: plain options for the non-hypothesis tests
     simple: Options
     simple_size: int = 4
+    #: ranks the layer refuses, for layers whose valid ranks are not "the example's only"
+    wrong_ranks: tuple[int, ...] = ()
 
     @property
     def id(self) -> str:
@@ -148,7 +150,11 @@ for _lazy, _eager, _brank, _unbatched, _affine in [
                     {"affine": True, "track_running_stats": True}))
 
 #: rows whose layers accept an unbatched input
-UNBATCHED = {r.lazy for r in ROWS if r.lazy.__name__.startswith(("LazyConv", "LazyInstance"))}
+UNBATCHED = {
+    r.lazy
+    for r in ROWS
+    if r.lazy.__name__.startswith(("LazyConv", "LazyInstance"))
+}
 
 
 def build_pair(row: Row, options: Options, size: int, seed: int = 0,

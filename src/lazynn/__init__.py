@@ -23,6 +23,7 @@ from ._errors import CheckpointError as CheckpointError
 from ._errors import InferenceError as InferenceError
 from ._errors import LazynnError as LazynnError
 from ._errors import UnbuiltError as UnbuiltError
+from ._factory import lazy as lazy
 from ._linear import LazyLinear as LazyLinear
 from ._mixin import LazyModuleMixin as LazyModuleMixin
 from ._norm import LazyBatchNorm1d as LazyBatchNorm1d
@@ -71,6 +72,7 @@ __all__ = [
     "__version__",
     "build",
     "is_lazy",
+    "lazy",
     "materialize",
     "summary",
 ]

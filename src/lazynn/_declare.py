@@ -196,9 +196,7 @@ class LazyLayer(LazyModuleMixin):
         dtype = kwargs.pop("dtype", None)
         target = torch.device(device) if device is not None else torch.get_default_device()
         probes = {name: spec.probe_value(kwargs) for name, spec in self.inferred.items()}
-        self.cls_to_become.__init__(  # type: ignore[misc]
-            self, **kwargs, **probes, device="meta", dtype=dtype
-        )
+        _new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype, into=self)
         placeholders: dict[tuple[str, str], torch.Tensor] = {}
         for prefix, module in self.named_modules():
             for tensors, kind in (
@@ -211,7 +209,8 @@ class LazyLayer(LazyModuleMixin):
                         tensors[name] = placeholders[(prefix, name)] = placeholder
         self._lazynn_placeholders = placeholders
         for name in self.inferred:
-            setattr(self, name, UNKNOWN)
+            if name in self.__dict__:  # stored by the eager class (not all store it)
+                setattr(self, name, UNKNOWN)
         self._lazynn_kwargs = kwargs
         self._lazynn_device = target
         self._lazynn_dtype = dtype if dtype is not None else torch.get_default_dtype()
@@ -222,8 +221,8 @@ class LazyLayer(LazyModuleMixin):
 
     def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
         """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
-        return self.cls_to_become(
-            **self._lazynn_kwargs, **sizes, device=device, dtype=self._lazynn_dtype
+        return _new(
+            self.cls_to_become, {**self._lazynn_kwargs, **sizes}, device, self._lazynn_dtype
         )
 
     def _lazynn_slots(self) -> Iterator[tuple[str, str, torch.Tensor]]:
@@ -386,7 +385,7 @@ class LazyLayer(LazyModuleMixin):
             raise InferenceError(
                 message(
                     module_path(self),  # type: ignore[arg-type]
-                    f"an input that {shadow!r} accepts",
+                    f"an input that {_short_repr(shadow)} accepts",
                     describe(args[0] if len(args) == 1 else args),
                     "call it with a valid input; the layer is still unbuilt",
                     detail=str(error).strip().splitlines()[0],
@@ -442,11 +441,11 @@ class LazyLayer(LazyModuleMixin):
                 where = next(iter(devices))  # declared on meta, then to_empty(): build there
             else:
                 where = self._lazynn_device
-            eager = self.cls_to_become(
-                **self._lazynn_kwargs,
-                **sizes,
-                device=where,
-                dtype=dtype if dtype is not None else self._lazynn_dtype,
+            eager = _new(
+                self.cls_to_become,
+                {**self._lazynn_kwargs, **sizes},
+                where,
+                dtype if dtype is not None else self._lazynn_dtype,
             )
         eager_modules = dict(eager.named_modules())
         own_modules = dict(self.named_modules())
@@ -580,9 +579,51 @@ class LazyLayer(LazyModuleMixin):
 
 
 @functools.cache
+def _takes_factory_kwargs(cls: type[nn.Module]) -> bool:
+    """Whether ``cls(...)`` accepts ``device=`` and ``dtype=`` (every torch.nn layer does)."""
+    names = inspect.signature(cls.__init__).parameters
+    return "device" in names and "dtype" in names
+
+
+def _new(
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    device: torch.device | str,
+    dtype: torch.dtype | None,
+    into: nn.Module | None = None,
+) -> nn.Module:
+    """``cls(**kwargs)`` on ``device`` with floating dtype ``dtype``; or, with ``into``, its
+    ``__init__`` run on that (lazy) instance.
+
+    A class without ``device``/``dtype`` arguments is constructed under the
+    ``torch.device(device)`` context and its floating tensors cast to ``dtype`` after.
+    """
+    init: Any = cls.__init__
+    if _takes_factory_kwargs(cls):  # type: ignore[arg-type]
+        full = {**kwargs, "device": device, "dtype": dtype}
+        if into is not None:
+            init(into, **full)
+            return into
+        return cls(**full)
+    with torch.device(device):
+        module = into if into is not None else cls.__new__(cls)
+        init(module, **kwargs)
+    if dtype is not None and dtype != torch.get_default_dtype() and into is None:
+        module.to(dtype)
+    return module
+
+
+@functools.cache
 def _forward_names(cls: type[nn.Module]) -> list[str]:
     """The names of ``cls.forward``'s arguments, without ``self``."""
     return list(inspect.signature(cls.forward).parameters)[1:]
+
+
+def _short_repr(module: nn.Module) -> str:
+    """``Conv2d(3, 8, kernel_size=(3, 3))``; for a module with children, its name only."""
+    if module._modules:
+        return f"{type(module).__name__}({module.extra_repr()})".replace("()", "")
+    return repr(module)
 
 
 def _match_dtypes(shadow: nn.Module, slots: Iterator[tuple[str, str, torch.Tensor]]) -> None:

@@ -1,0 +1,143 @@
+"""lazynn.lazy(): any module class made lazy in one line, with lazynn's guarantees."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import io
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+import lazynn
+
+
+class Gate(nn.Module):
+    """y = sigmoid(x @ w + b) * x: x (*, features) -> y (*, features); takes device/dtype."""
+
+    def __init__(self, features: int, scale: float = 1.0, device=None, dtype=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.features = features
+        self.scale = scale
+        self.weight = nn.Parameter(torch.randn(features, features, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(features, device=device, dtype=dtype))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x @ self.weight + self.bias) * x * self.scale
+
+
+class Plain(nn.Module):
+    """A module with no device/dtype arguments: x (*, width) -> (*, out)."""
+
+    def __init__(self, width: int, out: int) -> None:
+        super().__init__()
+        self.width = width
+        self.proj = nn.Linear(width, out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+LazyGate = lazynn.lazy(Gate, features=lazynn.Infer(dim=-1))
+LazyPlain = lazynn.lazy(Plain, width=lazynn.Infer(dim=-1))
+
+
+def same(a: nn.Module, b: nn.Module) -> None:
+    assert type(a) is type(b)
+    assert vars(a).keys() == vars(b).keys()
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert x.dtype == y.dtype, k
+        assert torch.equal(x, y), k
+
+
+@pytest.mark.parametrize(("lazy", "eager", "kwargs"), [
+    (LazyGate, Gate, {"scale": 2.0}),
+    (LazyPlain, Plain, {"out": 3}),
+], ids=["factory-kwargs", "no-factory-kwargs"])
+def test_lazy_class_equals_eager_after_first_call(lazy, eager, kwargs) -> None:  # type: ignore[no-untyped-def]
+    x = torch.randn(4, 5)
+    torch.manual_seed(0)
+    layer = lazy(**kwargs)
+    assert lazynn.is_lazy(layer)
+    assert all(lazynn.is_lazy(p) for p in layer.parameters())
+    y = layer(x)
+    torch.manual_seed(0)
+    twin = eager(5, **kwargs)
+    same(layer, twin)
+    assert torch.equal(y, twin(x))
+    assert not layer._forward_pre_hooks
+
+
+def test_signature_is_the_eager_one_without_the_inferred_argument() -> None:
+    eager = list(inspect.signature(Gate).parameters.values())
+    lazy = list(inspect.signature(LazyGate).parameters.values())
+    assert [p for p in eager if p.name != "features"] == lazy
+    assert LazyGate.__name__ == "LazyGate"
+    assert LazyGate.cls_to_become is Gate
+
+
+def test_unbuilt_copies_pickles_and_checkpoints() -> None:
+    layer = LazyGate(scale=3.0).double()
+    clone = copy.deepcopy(layer)
+    loaded = pickle.loads(pickle.dumps(layer))
+    for other in (clone, loaded):
+        assert lazynn.is_lazy(other)
+        assert other.weight.dtype == torch.float64
+    clone(torch.randn(2, 4, dtype=torch.float64))
+    assert lazynn.is_lazy(layer)
+    assert clone.features == 4
+    buffer = io.BytesIO()
+    torch.save(clone.state_dict(), buffer)
+    buffer.seek(0)
+    target = LazyGate(scale=3.0).double()
+    target.load_state_dict(torch.load(buffer))
+    same(target, clone)
+
+
+def test_bad_input_leaves_it_unbuilt_and_names_it() -> None:
+    model = nn.Sequential(LazyGate())
+    with pytest.raises(lazynn.InferenceError, match=r"LazyGate at '0'") as info:
+        model(torch.randn(2, 3, device="meta"))
+    assert "Fix:" in str(info.value)
+    assert lazynn.is_lazy(model[0])
+    model(torch.randn(2, 3))
+    assert model[0].features == 3
+
+
+def test_meta_build_and_materialize() -> None:
+    torch.manual_seed(0)
+    model = lazynn.build(nn.Sequential(LazyPlain(out=2), nn.ReLU()), (3, 6), device="meta")
+    lazynn.materialize(model)
+    torch.manual_seed(0)
+    same(model[0], Plain(6, 2))
+    # Gate has no reset_parameters(): materialize cannot initialize it, and says so.
+    gated = lazynn.build(nn.Sequential(LazyGate()), (3, 6), device="meta")
+    with pytest.raises(lazynn.LazynnError, match=r"'0' without one"):
+        lazynn.materialize(gated)
+
+
+def test_a_torch_layer_in_one_line() -> None:
+    LazyGroupNorm = lazynn.lazy(nn.GroupNorm, num_channels=lazynn.Infer(dim=1, probe="num_groups"))
+    x = torch.randn(2, 6, 5)
+    torch.manual_seed(0)
+    layer = LazyGroupNorm(3, affine=True)
+    y = layer(x)
+    torch.manual_seed(0)
+    eager = nn.GroupNorm(3, 6, affine=True)
+    same(layer, eager)
+    assert torch.equal(y, eager(x))
+
+
+@pytest.mark.parametrize(("args", "kwargs", "error", "text"), [
+    ((int,), {"x": lazynn.Infer()}, TypeError, "nn.Module subclass"),
+    ((Gate,), {}, ValueError, "name the constructor arguments"),
+    ((Gate,), {"width": lazynn.Infer()}, ValueError, "unknown \\['width'\\]"),
+    ((nn.LSTM,), {"input_size": lazynn.Infer()}, ValueError, "cannot see"),
+    ((Gate,), {"features": -1}, TypeError, "must be a lazynn.Infer"),
+])
+def test_declaration_errors(args, kwargs, error, text) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=text):
+        lazynn.lazy(*args, **kwargs)
