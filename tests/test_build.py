@@ -347,3 +347,90 @@ def test_progress_defaults_to_off_for_small_or_piped() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Progress(0, "x", enabled=True).close()
+
+
+# --- review findings ----------------------------------------------------------------------------
+
+
+class TiedLM(nn.Module):
+    """ids (N, T) -> logits (N, T, 10), with the head tied to the embedding."""
+
+    def __init__(self, lazy_first: bool) -> None:
+        super().__init__()
+        if lazy_first:
+            self.body = lazynn.LazyLinear(6)
+            self.emb = nn.Embedding(10, 6)
+        else:
+            self.emb = nn.Embedding(10, 6)
+            self.body = lazynn.LazyLinear(6)
+        self.head = nn.Linear(6, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.lazy_first = lazy_first
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.lazy_first:
+            return self.head(self.body(self.emb.weight[:1]).expand(ids.shape[1], 6))
+        return self.head(self.body(self.emb(ids)))
+
+
+@pytest.mark.parametrize("lazy_first", [False, True])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_tied_weights_stay_tied(lazy_first: bool, device: str) -> None:
+    ids = lazynn.Spec((2, 3), torch.long)
+    torch.manual_seed(0)
+    model = lazynn.build(TiedLM(lazy_first), ids, device=device)
+    if device == "meta":
+        lazynn.materialize(model)
+    assert model.head.weight is model.emb.weight
+    torch.manual_seed(0)
+    eager = TiedLM(lazy_first)
+    eager.body = nn.Linear(6, 6)  # what the lazy layer becomes, constructed in place
+    torch.manual_seed(0)
+    # construct the eager twin in the same order as the lazy one
+    emb_first = not lazy_first
+    first = nn.Embedding(10, 6) if emb_first else nn.Linear(6, 6)
+    second = nn.Linear(6, 6) if emb_first else nn.Embedding(10, 6)
+    head = nn.Linear(6, 10, bias=False)
+    emb, body = (first, second) if emb_first else (second, first)
+    assert torch.equal(model.emb.weight, emb.weight)
+    assert torch.equal(model.body.weight, body.weight)
+    del head
+
+
+def test_draws_between_construction_and_build_are_not_repeated() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 2))
+    a = torch.rand(1000)
+    with pytest.warns(UserWarning, match="drawn between constructing the model and build"):
+        lazynn.build(model, (8, 3))
+    b = torch.rand(1000)
+    for offset in range(0, 64):
+        assert not torch.equal(a[offset : offset + 100], b[:100])
+
+
+def test_layers_initialized_outside_reset_parameters_are_reported() -> None:
+    model = nn.Sequential(lazynn.LazyLinear(8), nn.TransformerEncoderLayer(8, 2, 16))
+    with pytest.warns(UserWarning, match=r"'1.self_attn' initializes outside reset_parameters"):
+        lazynn.build(model, (3, 2, 5))
+
+
+def test_torch_lazy_first_is_reported_when_eager_layers_follow() -> None:
+    model = nn.Sequential(nn.LazyLinear(5), nn.Linear(5, 6))
+    with pytest.warns(UserWarning, match="is torch's own"):
+        lazynn.build(model, (2, 3))
+
+
+def test_failure_while_planning_changes_no_values() -> None:
+    class Exploding(nn.Linear):
+        def reset_parameters(self) -> None:
+            if not self.weight.is_meta and getattr(self, "armed", False):
+                raise MemoryError("simulated")
+            super().reset_parameters()
+
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 4), Exploding(4, 2))
+    model[2].armed = True
+    before = [t.detach().clone() for t in model[1].parameters()]
+    with pytest.raises(MemoryError):
+        lazynn.build(model, (2, 3))
+    assert all(torch.equal(a, b) for a, b in zip(before, model[1].parameters(), strict=True))
+    assert lazynn.is_lazy(model[0])

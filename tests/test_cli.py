@@ -252,3 +252,23 @@ def test_command_several_inputs_and_long(
 def test_command_errors(case: str, runs: dict[str, tuple[int, str, str]]) -> None:
     code, out, err = runs[case]
     assert_one_line_error(code, out, err, *ERRORS[case][1])
+
+
+def test_file_can_import_its_neighbours(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "helpers.py").write_text("WIDTH = 7\n")
+    (tmp_path / "net.py").write_text(
+        "import lazynn\nfrom helpers import WIDTH\n\n\n"
+        "def make():\n    return lazynn.LazyLinear(WIDTH)\n"
+    )
+    assert main(["summary", f"{tmp_path / 'net.py'}:make", "--input", "2x3"]) == 0
+    assert "weight [7, 3]" in capsys.readouterr().out
+    assert str(tmp_path) not in sys.path
+
+
+def test_a_shape_too_large_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["summary", "examples/digits.py:make_model", "--input",
+                   "99999999999999x99999999999x999999x99999"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("lazynn: error:")

@@ -85,3 +85,21 @@ def test_blocks_that_differ_or_carry_hooks_run() -> None:
     rehearse(model, ((2, 8),), {})
     # block 0 runs, 1 carries a hook so it runs, 2 reuses 0's result, 3 differs so it runs
     assert len(calls) == 3
+
+
+def test_training_mode_is_part_of_a_block_identity() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            return y if self.training else y[:, :2]
+
+    model = nn.Sequential(Block(), Block(), lazynn.LazyLinear(3))
+    model[1].eval()
+    plain = learnt(model, rehearse(model, ((2, 8),), {}, memoize=False))
+    memo = learnt(model, rehearse(model, ((2, 8),), {}, memoize=True))
+    assert memo == plain
+    assert memo["sizes"]["2"] == {"in_features": 2}

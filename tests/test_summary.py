@@ -331,11 +331,10 @@ def test_built_model_unchanged_in_train_mode() -> None:
 def test_same_weights_with_or_without_summary() -> None:
     """summary() neither draws random numbers nor disturbs what the build replays."""
     torch.manual_seed(3)
-    plain = lazy_cnn()
+    plain = lazynn.build(lazy_cnn(), IMAGE)
     torch.manual_seed(3)
     summarized = lazy_cnn()
     lazynn.summary(summarized, IMAGE)
-    lazynn.build(plain, IMAGE)
     lazynn.build(summarized, IMAGE)
     for (key, a), (_, b) in zip(
         plain.state_dict().items(), summarized.state_dict().items(), strict=True

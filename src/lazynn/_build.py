@@ -107,18 +107,118 @@ def _retarget(module: nn.Module, device: torch.device | None, dtype: torch.dtype
             store[name] = relocate(tensor, target, dtype if floating else None)
 
 
-def _replays(rehearsal: Rehearsal, order: list[nn.Module], device: torch.device | None) -> Any:
-    """The CPU generator state to replay from, or None when there is nothing to replay."""
-    if device is not None and device.type not in ("cpu", "meta"):
-        return None
-    for module in order:
-        if module in rehearsal.sizes or module in rehearsal.inputs:
-            state = module.__dict__.get("_lazynn_rng")
-            declared = module.__dict__.get("_lazynn_device")
-            if declared is not None and declared.type != "cpu" and device is None:
-                return None
-            return state
-    return None
+def _reset(module: nn.Module) -> Any:
+    """The module's ``reset_parameters``, or None."""
+    reset = getattr(module, "reset_parameters", None)
+    return reset if callable(reset) else None
+
+
+def _scratch_init(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` re-initialized by its ``reset_parameters()`` (draws its numbers)."""
+    twin: Any = copy.deepcopy(module)
+    twin.reset_parameters()
+    return twin  # type: ignore[no-any-return]
+
+
+class _Plan:
+    """How each eager layer after the first lazy one is treated, decided before any change.
+
+    An eager model draws every layer's numbers at construction, in construction order. A mixed
+    model's eager layers drew theirs while the lazy ones drew nothing, so from the first lazy
+    layer on they hold numbers from the wrong place in the stream. If nothing drew random
+    numbers between the model's construction and this build (the generator is exactly where
+    replaying the mixed construction from the first lazy layer's recorded state ends), the
+    build replays: generator set back to that state, every layer initialized in construction
+    order. An eager layer is re-initialized only if it still holds its constructed values and
+    has a ``reset_parameters()``; from the first one that cannot be replayed on, later eager
+    layers keep their values (with a warning).
+    """
+
+    def __init__(
+        self,
+        order: list[tuple[str, nn.Module]],
+        lazy: set[nn.Module],
+        device: torch.device | None,
+        now: torch.Tensor,
+    ) -> None:
+        self.start: torch.Tensor | None = None
+        self.replay: set[nn.Module] = set()
+        #: kept as they are, but their construction's draws are replayed (on a scratch copy)
+        #: to keep the stream aligned: tied weights, and layers the user changed
+        self.tied: set[nn.Module] = set()
+        self.notes: list[str] = []
+        first = next((i for i, (_, m) in enumerate(order) if m in lazy), None)
+        if first is None:
+            return
+        eager_after = [
+            (p, m)
+            for p, m in order[first + 1 :]
+            if m not in lazy
+            and _own_tensors(m)
+            and not any(is_placeholder(t) for t in _own_tensors(m))  # inside a lazy layer
+        ]
+        state = order[first][1].__dict__.get("_lazynn_rng")
+        declared = order[first][1].__dict__.get("_lazynn_device")
+        if device is not None and device.type not in ("cpu", "meta"):
+            return  # another generator: draw from its current state
+        if declared is not None and declared.type != "cpu" and device is None:
+            return
+        if state is None:
+            if eager_after:
+                self.notes.append(
+                    f"the first lazy layer, '{order[first][0]}', is torch's own (it records no "
+                    "construction state), so the eager layers after it keep their values and "
+                    "the model is not reproducible as an eager one: use lazynn's layers"
+                )
+            return
+        owned = {id(t) for _, m in order[: first + 1] for t in _own_tensors(m)}
+        saved = torch.get_rng_state()
+        try:
+            torch.set_rng_state(state)
+            stopped = None
+            for path, module in eager_after:
+                tensors = _own_tensors(module)
+                if any(id(t) in owned for t in tensors):
+                    self.tied.add(module)
+                    if _reset(module) is not None:
+                        _scratch_init(module)
+                elif stopped is None and _reset(module) is not None:
+                    twin = _scratch_init(module)
+                    same = all(
+                        torch.equal(a, b)
+                        for a, b in zip(_own_tensors(twin), tensors, strict=True)
+                        if not a.is_meta and not b.is_meta
+                    )
+                    if same:
+                        self.replay.add(module)
+                    else:  # changed by the user: kept, but the stream advances past its init
+                        self.tied.add(module)
+                        self.notes.append(
+                            f"kept the values of '{path}': they were changed after "
+                            "construction, so it was not re-initialized in construction order"
+                        )
+                elif stopped is None:
+                    stopped = path
+                owned.update(id(t) for t in tensors)
+            end = torch.get_rng_state()
+        finally:
+            torch.set_rng_state(saved)
+        if stopped is not None:
+            self.notes.append(
+                f"'{stopped}' initializes outside reset_parameters() (or has none): from it on, "
+                "eager layers keep their constructed values and may differ from an eager model"
+            )
+        # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
+        if stopped is None and not torch.equal(end, now):
+            self.replay.clear()
+            self.notes = [
+                "random numbers were drawn between constructing the model and build(): the "
+                "lazy layers are initialized from the current random state (as a first call "
+                "would) and the eager ones keep their values, so the model differs from an "
+                "eager one; for an exact eager twin, seed, construct, then build"
+            ]
+            return
+        self.start = state
 
 
 def _allocate(
@@ -128,98 +228,104 @@ def _allocate(
     dtype: torch.dtype | None,
     progress: bool | None,
 ) -> None:
-    order = list(model.modules())
-    start = _replays(rehearsal, order, device)
+    order = list(model.named_modules())
+    lazy = set(rehearsal.sizes) | {m for m in rehearsal.inputs if _is_lazy_module(m)}
     total = sum(
-        info.numel
-        for path, module in model.named_modules()
-        if module in rehearsal.sizes or module in rehearsal.inputs
-        for info in rehearsal.tensors.get(path, [])
+        info.numel for path, m in order if m in lazy for info in rehearsal.tensors.get(path, [])
     )
+    on_meta = device is not None and device.type == "meta"
     with _BUILD_LOCK:
-        snapshot = Snapshot(model)
         rng_before = torch.get_rng_state()
+        plan = _Plan(order, lazy, device, rng_before)
+        snapshot = Snapshot(model)
         bar = Progress(total, "lazynn.build", enabled=progress)
+        pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        shared: dict[int, torch.Tensor] = {}
         try:
             with torch.no_grad():
-                # On meta nothing draws: the generator is left where construction began, so
-                # that materialize() draws what an eager construction would.
-                on_meta = device is not None and device.type == "meta"
-                if start is not None:
-                    torch.set_rng_state(start)
-                mixed = start
-                seen_lazy = False
-                kept: list[str] = []
-                owned: set[int] = set()  # tensors of modules already visited (ties)
-                for path, module in model.named_modules():
-                    tied = any(id(t) in owned for t in _own_tensors(module))
-                    owned.update(id(t) for t in _own_tensors(module))
+                if plan.start is not None:
+                    torch.set_rng_state(plan.start)
+                for _, module in order:
                     if module in rehearsal.sizes and is_unbuilt(module):
                         assert isinstance(module, LazyLayer)
                         module._lazynn_build(rehearsal.sizes[module], device=device, dtype=dtype)
                         _finish(module)
-                        seen_lazy = True
                         bar.advance(sum(t.numel() for t in module.parameters()))
-                    elif module in rehearsal.inputs and _is_lazy_module(module):
+                    elif module in lazy:
                         _retarget(module, device, dtype)
                         a, k = rehearsal.inputs[module]
                         module._infer_parameters(module, a, k)  # type: ignore[operator]
-                        seen_lazy = True
                         bar.advance(sum(t.numel() for t in module.parameters()))
-                    elif seen_lazy and _own_tensors(module) and on_meta:
-                        # materialize() will initialize it in construction order; the eager
-                        # layers before the first lazy one keep their (correct) values.
-                        module.to_empty(device="meta", recurse=False)
-                    elif seen_lazy and mixed is not None and _own_tensors(module):
-                        mixed = _replay_eager(path, module, mixed, kept, tied)
-                if (device is not None and not on_meta) or dtype is not None:
-                    model.to(device=None if on_meta else device, dtype=dtype)
+                    elif module in plan.replay and on_meta:
+                        _to_meta(module, shared)  # materialize() initializes it in order
+                    elif module in plan.replay:
+                        twin = _scratch_init(module)  # from the eager position; commit at the end
+                        pending += zip(_own_tensors(module), _own_tensors(twin), strict=True)
+                    elif module in plan.tied and on_meta:
+                        _to_meta(module, shared, only_shared=True)  # follow moved ties
+                    elif module in plan.tied and plan.start is not None:
+                        _scratch_init(module)  # draws what its construction drew; keeps the tie
+                for tensor, fresh in pending:
+                    tensor.data = fresh.data
+                if not on_meta and (device is not None or dtype is not None):
+                    model.to(device=device, dtype=dtype)
         except BaseException:
             snapshot.restore()
             torch.set_rng_state(rng_before)
             raise
         finally:
             bar.close()
-    if kept:
-        warnings.warn(
-            "lazynn.build kept the values of "
-            + ", ".join(f"'{p}'" for p in kept)
-            + ": they were changed after construction, so they were not re-initialized in "
-            "construction order; the layers after them still were",
-            stacklevel=3,
-        )
+        if on_meta and plan.start is not None:
+            # Nothing drew on meta; leave the generator where construction began, so that
+            # materialize() draws what an eager construction draws.
+            torch.set_rng_state(plan.start)
+    for note in plan.notes:
+        warnings.warn(f"lazynn.build: {note}", stacklevel=3)
 
 
-def _replay_eager(
-    path: str, module: nn.Module, mixed: torch.Tensor, kept: list[str], tied: bool
-) -> Any:
-    """Re-initialize an eager layer where an all-eager construction would have.
+def _to_meta(module: nn.Module, shared: dict[int, torch.Tensor], only_shared: bool = False) -> None:
+    """Move a module's own tensors to meta, one meta tensor per real one (ties kept);
+    ``only_shared``: move only those another module already moved (its tied weights)."""
+    stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
+    for store in stores:
+        for name, tensor in store.items():
+            if tensor is None or tensor.is_meta or (only_shared and id(tensor) not in shared):
+                continue
+            if id(tensor) not in shared:
+                meta = torch.empty_like(tensor, device="meta")
+                shared[id(tensor)] = (
+                    nn.Parameter(meta, tensor.requires_grad)
+                    if isinstance(tensor, nn.Parameter)
+                    else meta
+                )
+            store[name] = shared[id(tensor)]
 
-    ``mixed`` is the generator state at this point of the *mixed* model's construction (lazy
-    layers drew nothing there). Replaying the layer's init from it tells whether the layer
-    still holds its constructed values; if so it is re-initialized from the current (eager)
-    position, else kept. Returns the mixed stream's next state.
-    """
-    reset: Any = getattr(module, "reset_parameters", None)
-    if not callable(reset):
-        return mixed  # nothing to replay with: kept as constructed
-    eager_position = torch.get_rng_state()
-    torch.set_rng_state(mixed)
-    twin: Any = copy.deepcopy(module)
-    twin.reset_parameters()
-    mixed_after = torch.get_rng_state()
-    untouched = all(
-        torch.equal(a, b) for a, b in zip(_own_tensors(twin), _own_tensors(module), strict=True)
-    )
-    torch.set_rng_state(eager_position)
-    if untouched and not tied:
-        reset()
-    else:  # changed by the user, or sharing a tensor with an earlier module (weight tying)
-        if not tied:
-            kept.append(path)
-        twin = copy.deepcopy(module)
-        twin.reset_parameters()  # advance the stream as eager init would
-    return mixed_after
+
+def _allocate_own(
+    module: nn.Module, device: torch.device, allocated: dict[int, torch.Tensor]
+) -> list[torch.Tensor]:
+    """Give the module's own meta tensors real memory on ``device``, one per meta tensor (so
+    tied weights stay tied); returns the tensors another module owns first, to keep."""
+    keep = []
+    stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
+    for store in stores:
+        for name, tensor in store.items():
+            if tensor is None:
+                continue
+            if not tensor.is_meta:
+                keep.append(tensor)
+                continue
+            if id(tensor) in allocated:
+                keep.append(allocated[id(tensor)])
+            else:
+                real = torch.empty_like(tensor, device=device)
+                allocated[id(tensor)] = (
+                    nn.Parameter(real, tensor.requires_grad)
+                    if isinstance(tensor, nn.Parameter)
+                    else real
+                )
+            store[name] = allocated[id(tensor)]
+    return keep
 
 
 def _meta_tensors(module: nn.Module) -> Iterator[torch.Tensor]:
@@ -280,11 +386,15 @@ def materialize(
         snapshot = Snapshot(model)
         bar = Progress(total, "lazynn.materialize", enabled=progress)
         try:
+            allocated: dict[int, torch.Tensor] = {}
             with torch.no_grad():
                 for _, module in todo:
                     count = sum(t.numel() for t in _meta_tensors(module))
-                    module.to_empty(device=target, recurse=False)
+                    keep = _allocate_own(module, target, allocated)
+                    saved = [(t, t.detach().clone()) for t in keep]
                     module.reset_parameters()  # type: ignore[operator]
+                    for tensor, value in saved:  # a tied tensor keeps its first owner's values
+                        tensor.copy_(value)
                     bar.advance(count)
         except BaseException:
             snapshot.restore()

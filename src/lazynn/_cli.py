@@ -73,10 +73,14 @@ def _load_factory(target: str) -> Callable[[], Any]:
     path = Path(path_text)
     if not path.is_file():
         raise CommandError(f"no such file: {path_text}")
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)  # so the file can import its neighbours, as `python FILE` can
     try:
         namespace = runpy.run_path(str(path), run_name="__lazynn_summary__")
     except Exception as error:
         raise CommandError(f"{path_text} failed to run: {type(error).__name__}: {error}") from None
+    finally:
+        sys.path.remove(folder)
     factory = namespace.get(name)
     if not callable(factory):
         found = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("_"))
@@ -122,7 +126,12 @@ def _summary(args: argparse.Namespace) -> str:
             raise CommandError(
                 f"{args.target}() returned {type(model).__name__}, expected an nn.Module"
             )
-        return str(summary(model, *specs))
+        try:
+            return str(summary(model, *specs))
+        except (LazynnError, CommandError):
+            raise
+        except Exception as error:  # e.g. a shape too large for torch to describe
+            raise CommandError(f"{type(error).__name__}: {error}") from None
     finally:
         torch.set_default_dtype(previous)
 
@@ -138,4 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
         sys.stderr.close()
+    except KeyboardInterrupt:
+        print("lazynn: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exit_:  # the user's file or model called sys.exit()
+        print(f"lazynn: error: {args.target} exited ({exit_.code})", file=sys.stderr)
+        return 2
     return 0

@@ -150,7 +150,7 @@ class Memo:
             if sub is None:
                 return None
             children.append((name, sub))
-        return (type(module), attrs, tensors, tuple(children))
+        return (type(module), module.training, attrs, tensors, tuple(children))
 
     def _forward(self, block: nn.Module, fingerprint: Hashable) -> Callable[..., Any]:
         original = type(block).forward
