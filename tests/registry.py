@@ -36,10 +36,22 @@ class Row:
     simple_size: int = 4
     #: ranks the layer refuses, for layers whose valid ranks are not "the example's only"
     wrong_ranks: tuple[int, ...] = ()
+    #: module -> its inferred size, for an eager class that stores no attribute of that
+    #: name (nn.TransformerEncoderLayer keeps no ``d_model``). Default: the attribute.
+    size_of: Callable[[nn.Module], Any] | None = None
+    #: options -> the number every valid size is a multiple of (``groups``, ``num_groups``,
+    #: ``nhead``), for tests that pick a size of their own
+    step: Callable[[Options], int] = lambda o: int(o.get("groups", 1))
 
     @property
     def id(self) -> str:
         return self.lazy.__name__
+
+    def size(self, module: nn.Module) -> Any:
+        """The module's inferred size: an int once built, ``lazynn.UNKNOWN`` before."""
+        if self.size_of is not None:
+            return self.size_of(module)
+        return getattr(module, self.inferred)
 
     def input(self, options: Options, size: int, batched: bool = True) -> torch.Tensor:
         return torch.randn(self.shape(options, size, batched))
@@ -149,11 +161,73 @@ for _lazy, _eager, _brank, _unbatched, _affine in [
                     _norm_shape(_brank, _unbatched), _any_size,
                     {"affine": True, "track_running_stats": True}))
 
+
+def _channels_shape(rank: int) -> Callable[[Options, int, bool], tuple[int, ...]]:
+    def shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+        return (3, c) + (4,) * (rank - 2)
+
+    return shape
+
+
+def _cell_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+    return (3, c) if batched else (c,)
+
+
+def _sequence_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+    return (3, 2, c) if batched else (2, c)
+
+
+def _multiples(o: Options, step: int) -> st.SearchStrategy[int]:
+    return st.integers(1, 3).map(lambda k: k * step)
+
+
+def _transformer_size(m: nn.Module) -> Any:
+    # nn.TransformerEncoderLayer keeps no d_model attribute: read it where it lands
+    return m.linear1.in_features
+
+
+ROWS += [
+    # simple: num_groups=1, so that any size is valid for the tests that pick their own
+    # sizes (test_copies builds with 2 and 5); the hypothesis options draw 1, 2 and 3.
+    Row(lazynn.LazyGroupNorm, nn.GroupNorm, "num_channels",
+        st.fixed_dictionaries({"num_groups": st.sampled_from([1, 2, 3]),
+                               "eps": st.sampled_from([1e-5, 1e-3]),
+                               "affine": st.booleans()}),
+        _channels_shape(3), lambda o: _multiples(o, o["num_groups"]),
+        {"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"])),
+    Row(lazynn.LazyPReLU, nn.PReLU, "num_parameters",
+        st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
+        _channels_shape(3), _any_size, {}, wrong_ranks=(1,)),
+    Row(lazynn.LazySyncBatchNorm, nn.SyncBatchNorm, "num_features", _norm_options(True),
+        _channels_shape(3), _any_size, {"affine": True, "track_running_stats": True},
+        wrong_ranks=(1,)),
+    Row(lazynn.LazyRNNCell, nn.RNNCell, "input_size",
+        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans(),
+                               "nonlinearity": st.sampled_from(["tanh", "relu"])}),
+        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
+    Row(lazynn.LazyGRUCell, nn.GRUCell, "input_size",
+        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
+        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
+    # simple: nhead=1 (any d_model is valid) and dropout=0.0, so that outputs do not depend
+    # on the RNG state at call time (the generic tests compare outputs of separately called
+    # twins); the hypothesis options draw dropout 0.1 too, where both draw the same numbers.
+    Row(lazynn.LazyTransformerEncoderLayer, nn.TransformerEncoderLayer, "d_model",
+        st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
+                               "dim_feedforward": st.integers(2, 8),
+                               "dropout": st.sampled_from([0.0, 0.1]),
+                               "activation": st.sampled_from(["relu", "gelu"]),
+                               "batch_first": st.booleans(), "norm_first": st.booleans()}),
+        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
+        {"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
+        size_of=_transformer_size, step=lambda o: int(o["nhead"])),
+]
+
 #: rows whose layers accept an unbatched input
 UNBATCHED = {
     r.lazy
     for r in ROWS
-    if r.lazy.__name__.startswith(("LazyConv", "LazyInstance"))
+    if r.lazy.__name__.startswith(("LazyConv", "LazyInstance", "LazyRNNCell", "LazyGRUCell",
+                                   "LazyTransformer"))
 }
 
 

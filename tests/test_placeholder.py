@@ -259,7 +259,7 @@ def test_build_fills_placeholders_in_place_and_leaves_plain_torch(row: Row) -> N
         assert "_initialize_hook" not in vars(module)
         assert not [k for k in vars(module) if k.startswith("_lazynn")]
         assert vars(module).keys() == vars(eager).keys()
-        assert getattr(module, row.inferred) == row.simple_size
+        assert row.size(module) == row.simple_size
     for key, value in eager.state_dict().items():
         assert torch.equal(lazy.state_dict()[key], value), key
 
@@ -269,10 +269,13 @@ def test_build_fills_placeholders_in_place_and_leaves_plain_torch(row: Row) -> N
 
 def unbuilt_repr(row: Row, options: dict[str, Any]) -> str:
     """The eager repr with a sentinel size, the sentinel shown as '?' and the lazy name."""
-    sentinel = 977 * int(options.get("groups", 1))
+    sentinel = 977 * row.step(options)
     eager = row.eager(**{row.inferred: sentinel}, **options, device="meta")
     text = repr(eager)
-    assert text.count(str(sentinel)) == 1, text
+    # once for a flat layer; a composite one (TransformerEncoderLayer) shows the size in
+    # each child it reaches (in_features, LayerNorm's shape...): each of them is unknown
+    count = text.count(str(sentinel))
+    assert count == 1 or (count > 1 and eager._modules), text
     text = text.replace(str(sentinel), "?")
     assert text.startswith(row.eager.__name__ + "(")
     return row.lazy.__name__ + text[len(row.eager.__name__) :]
@@ -290,7 +293,9 @@ def test_repr_shows_unknown_sizes_honestly(row: Row, data: st.DataObject) -> Non
     assert f"{row.inferred}=0" not in text
     assert f"{row.inferred}=1" not in text
     assert text == unbuilt_repr(row, options)
-    assert "(?" in repr(nn.Sequential(lazy)) or "=?" in repr(nn.Sequential(lazy))
+    # as an argument: first ('(?'), named ('=?') or positional after another (GroupNorm's
+    # '(2, ?')
+    assert re.search(r"\(\?|=\?|, \?", repr(nn.Sequential(lazy)))
     x = row.input(options, size)
     with warnings.catch_warnings():
         # padding="same" with an even kernel makes torch warn (once per process); pytest turns

@@ -292,7 +292,13 @@ def test_each_lazy_layer(row: Row) -> None:
     layer(x)
     assert (s.rows[0].type, s.rows[0].lazy_type) == (row.eager.__name__, row.lazy.__name__)
     assert summary_counts(s) == built_counts(layer)
-    assert s.rows[0].parameters == tuple((n, tuple(p.shape)) for n, p in layer.named_parameters())
+    # a row lists its module's own parameters: the whole layer's for a flat one, and one
+    # row per child for a composite one (TransformerEncoderLayer: self_attn, linear1...)
+    modules = dict(layer.named_modules())
+    assert [r.path for r in s.rows] == list(modules)
+    for r in s.rows:
+        own = modules[r.path].named_parameters(recurse=False)
+        assert r.parameters == tuple((n, tuple(p.shape)) for n, p in own), r.path
 
 
 # --- summary changes nothing ----------------------------------------------------------------

@@ -52,17 +52,27 @@ def tensors_of(module: nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
-def count_real_inits(monkeypatch: pytest.MonkeyPatch, cls: type[nn.Module]) -> list[int]:
-    """Count ``cls.reset_parameters`` calls on real tensors (meta constructions don't count)."""
+#: (class, method) that initializes a layer once per construction, for eager classes with
+#: no ``reset_parameters`` of their own: TransformerEncoderLayer initializes in __init__,
+#: through its one MultiheadAttention's ``_reset_parameters``
+INIT_METHODS: dict[type[nn.Module], tuple[type[nn.Module], str]] = {
+    nn.TransformerEncoderLayer: (nn.MultiheadAttention, "_reset_parameters"),
+}
+
+
+def count_real_inits(monkeypatch: pytest.MonkeyPatch, eager: type[nn.Module]) -> list[int]:
+    """Count ``eager.reset_parameters`` calls (or INIT_METHODS') on real tensors (meta
+    constructions don't count)."""
+    cls, method = INIT_METHODS.get(eager, (eager, "reset_parameters"))
     calls: list[int] = []
-    original = cls.reset_parameters  # type: ignore[attr-defined]
+    original = getattr(cls, method)
 
     def counting(self: nn.Module) -> None:
         if not any(t.is_meta for t in tensors_of(self).values()):
             calls.append(1)
         original(self)
 
-    monkeypatch.setattr(cls, "reset_parameters", counting)
+    monkeypatch.setattr(cls, method, counting)
     return calls
 
 

@@ -8,6 +8,15 @@ torch.Size([2, 10])
 ('Linear', 1568)
 """
 
+from ._agnostic import AdaptiveAvgPool as AdaptiveAvgPool
+from ._agnostic import AdaptiveMaxPool as AdaptiveMaxPool
+from ._agnostic import AvgPool as AvgPool
+from ._agnostic import BatchNorm as BatchNorm
+from ._agnostic import Conv as Conv
+from ._agnostic import ConvTranspose as ConvTranspose
+from ._agnostic import Dropout as Dropout
+from ._agnostic import InstanceNorm as InstanceNorm
+from ._agnostic import MaxPool as MaxPool
 from ._build import build as build
 from ._build import materialize as materialize
 from ._conv import LazyConv1d as LazyConv1d
@@ -26,6 +35,24 @@ from ._errors import UnbuiltError as UnbuiltError
 from ._factory import lazy as lazy
 from ._linear import LazyLinear as LazyLinear
 from ._mixin import LazyModuleMixin as LazyModuleMixin
+from ._more import LazyAdaptiveLogSoftmaxWithLoss as LazyAdaptiveLogSoftmaxWithLoss
+from ._more import LazyBilinear as LazyBilinear
+from ._more import LazyGroupNorm as LazyGroupNorm
+from ._more import LazyGRU as LazyGRU
+from ._more import LazyGRUCell as LazyGRUCell
+from ._more import LazyLayerNorm as LazyLayerNorm
+from ._more import LazyLinearCrossEntropyLoss as LazyLinearCrossEntropyLoss
+from ._more import LazyLSTM as LazyLSTM
+from ._more import LazyLSTMCell as LazyLSTMCell
+from ._more import LazyMultiheadAttention as LazyMultiheadAttention
+from ._more import LazyPReLU as LazyPReLU
+from ._more import LazyRMSNorm as LazyRMSNorm
+from ._more import LazyRNN as LazyRNN
+from ._more import LazyRNNCell as LazyRNNCell
+from ._more import LazySyncBatchNorm as LazySyncBatchNorm
+from ._more import LazyTransformer as LazyTransformer
+from ._more import LazyTransformerDecoderLayer as LazyTransformerDecoderLayer
+from ._more import LazyTransformerEncoderLayer as LazyTransformerEncoderLayer
 from ._norm import LazyBatchNorm1d as LazyBatchNorm1d
 from ._norm import LazyBatchNorm2d as LazyBatchNorm2d
 from ._norm import LazyBatchNorm3d as LazyBatchNorm3d
@@ -44,25 +71,52 @@ __version__ = "0.1.0"
 
 __all__ = [
     "UNKNOWN",
+    "AdaptiveAvgPool",
+    "AdaptiveMaxPool",
+    "AvgPool",
+    "BatchNorm",
     "CheckpointError",
+    "Conv",
+    "ConvTranspose",
+    "Dropout",
     "Infer",
     "InferenceError",
+    "InstanceNorm",
+    "LazyAdaptiveLogSoftmaxWithLoss",
     "LazyBatchNorm1d",
     "LazyBatchNorm2d",
     "LazyBatchNorm3d",
+    "LazyBilinear",
     "LazyConv1d",
     "LazyConv2d",
     "LazyConv3d",
     "LazyConvTranspose1d",
     "LazyConvTranspose2d",
     "LazyConvTranspose3d",
+    "LazyGRU",
+    "LazyGRUCell",
+    "LazyGroupNorm",
     "LazyInstanceNorm1d",
     "LazyInstanceNorm2d",
     "LazyInstanceNorm3d",
+    "LazyLSTM",
+    "LazyLSTMCell",
     "LazyLayer",
+    "LazyLayerNorm",
     "LazyLinear",
+    "LazyLinearCrossEntropyLoss",
     "LazyModuleMixin",
+    "LazyMultiheadAttention",
+    "LazyPReLU",
+    "LazyRMSNorm",
+    "LazyRNN",
+    "LazyRNNCell",
+    "LazySyncBatchNorm",
+    "LazyTransformer",
+    "LazyTransformerDecoderLayer",
+    "LazyTransformerEncoderLayer",
     "LazynnError",
+    "MaxPool",
     "Spec",
     "Summary",
     "SummaryRow",

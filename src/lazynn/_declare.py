@@ -24,16 +24,19 @@ A lazy layer is a few lines::
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import re
+import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 from ._errors import (
     CheckpointError,
@@ -44,7 +47,7 @@ from ._errors import (
     module_path,
     shape_str,
 )
-from ._mixin import LazyModuleMixin, in_build, rehearsing
+from ._mixin import LazyModuleMixin, in_build, is_unbuilt, rehearsing
 from ._placeholder import UninitializedBuffer, UninitializedParameter, _fill, _raw, is_placeholder
 
 __all__ = ["UNKNOWN", "Infer", "LazyLayer"]
@@ -108,6 +111,8 @@ class Infer:
         probe: a value valid for the constructor, used to lay out placeholders before the
             build: an int, or the name of another constructor argument whose value is valid
             (``"groups"`` for convolutions). Default: ``1``.
+        trailing: read the last ``trailing`` dimensions as a tuple (``LayerNorm``'s
+            ``normalized_shape``) instead of one dimension. Default: ``None``.
 
     >>> Infer(dim=-1).read_dim(3)
     2
@@ -120,6 +125,7 @@ class Infer:
     layouts: tuple[str, ...] = ()
     letter: str = "C"
     probe: int | str = 1
+    trailing: int | None = None
 
     def _letters(self, layout: str) -> list[str]:
         match = _LAYOUT.match(layout.strip())
@@ -127,11 +133,13 @@ class Infer:
         return [part.strip() for part in inner.split(",") if part.strip()]
 
     def accepted(self) -> str:
-        """The accepted inputs, for messages: ``"a 3-d (C, H, W) or 4-d (N, C, H, W)"``."""
+        """The accepted inputs, for messages: ``"a 3-d (C, H, W) or 4-d (N, C, H, W) input"``."""
+        if self.trailing is not None:
+            return f"an input of rank >= {self.trailing}"
         if not self.layouts:
-            return f"a tensor of rank >= {self.dim + 1 if self.dim >= 0 else -self.dim}"
+            return f"an input of rank >= {self.dim + 1 if self.dim >= 0 else -self.dim}"
         parts = [f"{len(self._letters(lay))}-d {lay}" for lay in self.layouts]
-        return "a " + " or ".join(parts)
+        return "a " + " or ".join(parts) + " input"
 
     def read_dim(self, rank: int) -> int | None:
         """The dimension to read for an input of ``rank``, or None if the rank is refused."""
@@ -144,14 +152,33 @@ class Infer:
                 return letters.index(self.letter)
         return None
 
-    def probe_value(self, kwargs: Mapping[str, Any]) -> int:
-        return int(kwargs[self.probe]) if isinstance(self.probe, str) else self.probe
+    def probe_value(self, kwargs: Mapping[str, Any]) -> Any:
+        value = int(kwargs[self.probe]) if isinstance(self.probe, str) else self.probe
+        return (value,) * self.trailing if self.trailing is not None else value
+
+    def read(self, shape: Sequence[int]) -> Any:
+        """The size this spec reads from an input of ``shape`` (None if the rank is refused)."""
+        if self.trailing is not None:
+            ok = 0 < self.trailing <= len(shape)
+            return tuple(int(d) for d in shape[len(shape) - self.trailing :]) if ok else None
+        dim = self.read_dim(len(shape))
+        return None if dim is None else int(shape[dim])
 
 
 def _map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
-    """Apply ``fn`` to every tensor in nested tuples, lists, dicts and named tuples."""
+    """Apply ``fn`` to every tensor in nested tuples, lists, dicts and named tuples.
+
+    A ``PackedSequence`` keeps its ``batch_sizes`` (torch requires them on the CPU).
+    """
     if isinstance(obj, torch.Tensor):
         return fn(obj)
+    if isinstance(obj, PackedSequence):
+        return PackedSequence(
+            fn(obj.data),
+            obj.batch_sizes,
+            None if obj.sorted_indices is None else fn(obj.sorted_indices),
+            None if obj.unsorted_indices is None else fn(obj.unsorted_indices),
+        )
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(_map_tensors(fn, v) for v in obj))
     if isinstance(obj, (tuple, list)):
@@ -166,6 +193,10 @@ def _to_meta(t: torch.Tensor) -> torch.Tensor:
 
 
 _MODULE_KEYS = frozenset(nn.Module().__dict__)
+#: In a size record: the class a rank-agnostic layer chose (not a constructor argument).
+CLASS_KEY = "__lazynn_class__"
+#: Per thread, during a rehearsal: the sizes the last LazyLayer read (see _rehearse.post).
+_REHEARSED_SIZES = threading.local()
 _LOWER_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -195,8 +226,13 @@ class LazyLayer(LazyModuleMixin):
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
         target = torch.device(device) if device is not None else torch.get_default_device()
-        probes = {name: spec.probe_value(kwargs) for name, spec in self.inferred.items()}
-        _new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype, into=self)
+        probes = {name: spec.probe_value(kwargs) for name, spec in self._lazynn_specs().items()}
+        if isinstance(self, self.cls_to_become):
+            _new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype, into=self)
+        else:  # not a subclass of the class it becomes (rank-agnostic): copy a meta layout
+            self.__dict__.update(
+                _new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype).__dict__
+            )
         placeholders: dict[tuple[str, str], torch.Tensor] = {}
         for prefix, module in self.named_modules():
             for tensors, kind in (
@@ -208,9 +244,11 @@ class LazyLayer(LazyModuleMixin):
                         placeholder = _placeholder_for(tensor, kind, target, self, prefix, name)
                         tensors[name] = placeholders[(prefix, name)] = placeholder
         self._lazynn_placeholders = placeholders
-        for name in self.inferred:
+        for name in self._lazynn_specs():
             if name in self.__dict__:  # stored by the eager class (not all store it)
                 setattr(self, name, UNKNOWN)
+        if self._modules:
+            self._lazynn_hide_probes({**kwargs, **probes}, dtype)
         self._lazynn_kwargs = kwargs
         self._lazynn_device = target
         self._lazynn_dtype = dtype if dtype is not None else torch.get_default_dtype()
@@ -218,6 +256,30 @@ class LazyLayer(LazyModuleMixin):
 
         _attach(self)
         _record_construction(self)
+
+    def _lazynn_hide_probes(self, layout_kwargs: Mapping[str, Any], dtype: Any) -> None:
+        """Show ``?`` for every attribute of a submodule that the probe sizes decided.
+
+        (``linear1.in_features`` of a transformer layer is ``d_model``.) A second meta layout
+        with every probe doubled tells them apart; the build copies the real values back.
+        """
+        doubled = {
+            name: tuple(2 * v for v in probe) if isinstance(probe, tuple) else 2 * probe
+            for name, probe in (
+                (n, spec.probe_value(layout_kwargs)) for n, spec in self._lazynn_specs().items()
+            )
+        }
+        other = _new(self.cls_to_become, {**layout_kwargs, **doubled}, "meta", dtype)
+        theirs = dict(other.named_modules())
+        for path, module in self.named_modules():
+            if not path or path not in theirs:
+                continue
+            for key, value in list(module.__dict__.items()):
+                if key in _MODULE_KEYS or key not in theirs[path].__dict__:
+                    continue
+                other_value = theirs[path].__dict__[key]
+                if _differs(value, other_value):
+                    module.__dict__[key] = _unknown_parts(value, other_value)
 
     def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
         """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
@@ -243,6 +305,11 @@ class LazyLayer(LazyModuleMixin):
 
     def __copy__(self) -> LazyLayer:
         new = super().__copy__()
+        if is_unbuilt(self):  # type: ignore[arg-type]
+            # The submodules hold this layer's placeholders: a copy that builds on its own
+            # needs its own (a built layer's copy shares them, as torch's does).
+            for name, child in self._modules.items():
+                new._modules[name] = copy.deepcopy(child)
         installed = {
             (prefix, name): tensor
             for prefix, module in new.named_modules()
@@ -254,40 +321,52 @@ class LazyLayer(LazyModuleMixin):
         return new  # type: ignore[return-value]
 
     # --- building from inputs -------------------------------------------------------------
-    def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int]:
+    def _lazynn_specs(self) -> Mapping[str, Infer]:
+        """The inferred arguments: the class's ``inferred``, or this instance's own."""
+        own = self.__dict__.get("_lazynn_inferred")
+        return own if own is not None else self.inferred
+
+    def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         sizes = {}
-        for name, spec in self.inferred.items():
+        for name, spec in self._lazynn_specs().items():
             value = self._lazynn_argument(spec.arg, args, kwargs)
+            if isinstance(value, PackedSequence):
+                value = value.data
             if not isinstance(value, torch.Tensor):
                 raise InferenceError(
                     message(
                         module_path(self),  # type: ignore[arg-type]
-                        f"{spec.accepted()} tensor to infer {name}",
+                        f"{spec.accepted()} (a tensor) to infer {name}",
                         describe(value),
                         "call the layer with a tensor",
                     )
                 )
-            dim = spec.read_dim(value.dim())
-            if dim is None:
+            size = spec.read(value.shape)
+            if size is None:
                 raise InferenceError(
                     message(
                         module_path(self),  # type: ignore[arg-type]
-                        f"{spec.accepted()} input to infer {name}",
+                        f"{spec.accepted()} to infer {name}",
                         f"shape {shape_str(value.shape)}",
                         "reshape the input to one of the accepted layouts",
                     )
                 )
-            size = int(value.shape[dim])
-            if size < 1:
+            if min(size if isinstance(size, tuple) else (size,)) < 1:
                 raise InferenceError(
                     message(
                         module_path(self),  # type: ignore[arg-type]
-                        f"a positive {name} (dimension {dim} of the input)",
+                        f"a positive {name} (read from the input's shape)",
                         f"shape {shape_str(value.shape)}, which gives {name}={size}",
                         "call the layer with a non-empty input",
                     )
                 )
             sizes[name] = size
+        record = getattr(_REHEARSED_SIZES, "by_module", None)
+        if record is not None and rehearsing():
+            # The rehearsal's record of what this layer read (and, for a rank-agnostic layer,
+            # which class it chose).
+            chosen = self.__dict__.get("cls_to_become")
+            record[id(self)] = sizes if chosen is None else {**sizes, CLASS_KEY: chosen}
         return sizes
 
     def _lazynn_argument(
@@ -310,8 +389,10 @@ class LazyLayer(LazyModuleMixin):
             if is_placeholder(t) and (t.is_floating_point() or t.is_complex())
         ]
         devices = {_raw(t).device for _, _, t in self._lazynn_slots() if is_placeholder(t)}
-        for name, spec in self.inferred.items():
+        for name, spec in self._lazynn_specs().items():
             value = self._lazynn_argument(spec.arg, args, kwargs)
+            if isinstance(value, PackedSequence):
+                value = value.data
             if devices and value.device not in devices:
                 raise InferenceError(
                     message(
@@ -412,7 +493,37 @@ class LazyLayer(LazyModuleMixin):
             _match_dtypes(shadow, self._lazynn_slots())
         else:
             shadow = self._lazynn_validate(sizes, args, kwargs)
+        self._lazynn_check_layout(shadow, sizes)
         self._lazynn_build(sizes, source=shadow if on_meta else None)
+
+    def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
+        """The layer built with these sizes has the tensors the placeholders stand for.
+
+        (``nn.MultiheadAttention`` with a key size unlike the query's has other parameters.)
+        """
+        built = {
+            (p, n)
+            for p, m in shadow.named_modules()
+            for n, t in (*m._parameters.items(), *m._buffers.items())
+            if t is not None
+        }
+        declared = set(self._lazynn_placeholders)
+        if built != declared:
+            extra = sorted(_key(k) for k in built - declared)
+            missing = sorted(_key(k) for k in declared - built)
+            raise InferenceError(
+                message(
+                    module_path(self),  # type: ignore[arg-type]
+                    "inputs that give the layer the parameters it was declared with ("
+                    + ", ".join(sorted(_key(k) for k in declared))
+                    + ")",
+                    "inputs giving "
+                    + ", ".join(f"{k}={v}" for k, v in sizes.items())
+                    + f", which would add {extra} and drop {missing}",
+                    "declare those sizes in the constructor (for example kdim=, vdim=), or "
+                    "pass inputs of the declared kind",
+                )
+            )
 
     def _lazynn_build(
         self,
@@ -428,6 +539,10 @@ class LazyLayer(LazyModuleMixin):
         ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
         ``source`` is an already constructed eager layer to take the tensors from.
         """
+        sizes = dict(sizes)
+        chosen = sizes.pop(CLASS_KEY, None)
+        if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
+            self.__dict__["cls_to_become"] = chosen
         slots = list(self._lazynn_slots())
         if source is not None:
             eager = source
@@ -521,7 +636,7 @@ class LazyLayer(LazyModuleMixin):
 
         _finish(self)  # type: ignore[arg-type]
 
-    def _lazynn_shapes(self, sizes: Mapping[str, int]) -> dict[tuple[str, str], torch.Size]:
+    def _lazynn_shapes(self, sizes: Mapping[str, Any]) -> dict[tuple[str, str], torch.Size]:
         shadow = self._lazynn_construct(sizes, "meta")
         return {
             (path, name): t.shape
@@ -532,26 +647,61 @@ class LazyLayer(LazyModuleMixin):
 
     def _lazynn_solve_sizes(
         self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
-    ) -> dict[str, int]:
+    ) -> dict[str, Any]:
         """Solve each inferred size from checkpoint shapes.
 
         Each tensor dimension is an affine function of an inferred size (``in_channels /
         groups``, ``in_features``...): two meta constructions with different probe values
         give its slope and offset, and the checkpoint's dimension gives the size.
         """
-        base = {name: spec.probe_value(self._lazynn_kwargs) for name, spec in self.inferred.items()}
+        specs = self._lazynn_specs()
+        base = {name: spec.probe_value(self._lazynn_kwargs) for name, spec in specs.items()}
         shapes = self._lazynn_shapes(base)
-        sizes: dict[str, int] = {}
-        for name in self.inferred:
-            other = self._lazynn_shapes({**base, name: 2 * base[name]})
-            solved = None
+        for key, shape in found.items():
+            if key in shapes and len(shapes[key]) != len(shape):
+                twice: dict[str, Any] = {
+                    n: tuple(2 * v for v in p) if isinstance(p, tuple) else 2 * p
+                    for n, p in base.items()
+                }
+                varied = self._lazynn_shapes(twice)
+                dims = [
+                    "?" if x != y else str(x)
+                    for x, y in zip(shapes[key], varied.get(key, shapes[key]), strict=True)
+                ]
+                expected = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+                raise CheckpointError(
+                    message(
+                        where,
+                        f"'{prefix}{_key(key)}' of shape {expected}",
+                        f"shape {shape_str(shape)}",
+                        "load a checkpoint saved from this kind of layer and arguments",
+                    )
+                )
+        # One unknown per int size, one per element of a tuple size (LayerNorm's shape).
+        unknowns = [
+            (name, index)
+            for name, value in base.items()
+            for index in (range(len(value)) if isinstance(value, tuple) else (None,))
+        ]
+        solved: dict[tuple[str, int | None], int] = {}
+        for name, index in unknowns:
+            probe = base[name] if index is None else base[name][index]
+            doubled: Any = 2 * probe
+            if index is not None:
+                doubled = tuple(2 * v if i == index else v for i, v in enumerate(base[name]))
+            other = self._lazynn_shapes({**base, name: doubled})
+            value = None
             for key, shape in found.items():
+                if key not in shapes or key not in other:
+                    continue  # this size changes which tensors the layer has
                 a, b = shapes[key], other[key]
+                if len(a) != len(shape):
+                    continue
                 for dim, (x, y) in enumerate(zip(a, b, strict=True)):
-                    if x != y and dim < len(shape):
-                        slope = (y - x) / base[name]
-                        value = base[name] + (shape[dim] - x) / slope
-                        if value != int(value) or value < 0:
+                    if x != y:
+                        slope = (y - x) / probe
+                        guess = probe + (shape[dim] - x) / slope
+                        if guess != int(guess) or guess < 1:
                             raise CheckpointError(
                                 message(
                                     where,
@@ -561,11 +711,11 @@ class LazyLayer(LazyModuleMixin):
                                     "load a checkpoint saved from this kind of layer",
                                 )
                             )
-                        solved = int(value)
+                        value = int(guess)
                         break
-                if solved is not None:
+                if value is not None:
                     break
-            if solved is None:
+            if value is None:
                 raise CheckpointError(
                     message(
                         where,
@@ -574,15 +724,26 @@ class LazyLayer(LazyModuleMixin):
                         "load a checkpoint that has this layer's parameters",
                     )
                 )
-            sizes[name] = solved
+            solved[(name, index)] = value
+        sizes: dict[str, Any] = {}
+        for name, value in base.items():
+            if isinstance(value, tuple):
+                sizes[name] = tuple(solved[(name, i)] for i in range(len(value)))
+            else:
+                sizes[name] = solved[(name, None)]
         return sizes
 
 
 @functools.cache
 def _takes_factory_kwargs(cls: type[nn.Module]) -> bool:
     """Whether ``cls(...)`` accepts ``device=`` and ``dtype=`` (every torch.nn layer does)."""
-    names = inspect.signature(cls.__init__).parameters
-    return "device" in names and "dtype" in names
+    params = inspect.signature(cls.__init__).parameters
+    if "device" in params and "dtype" in params:
+        return True
+    # nn.RNN/LSTM/GRU take (*args, **kwargs) and pass device/dtype on to RNNBase.
+    return any(p.kind is p.VAR_KEYWORD for p in params.values()) and cls.__module__.startswith(
+        "torch.nn"
+    )
 
 
 def _new(
@@ -598,6 +759,22 @@ def _new(
     A class without ``device``/``dtype`` arguments is constructed under the
     ``torch.device(device)`` context and its floating tensors cast to ``dtype`` after.
     """
+    if str(device) == "meta":
+        # A layout with probe sizes may warn where the real sizes would not (a zero-row
+        # tensor's init): the real construction warns as eager does.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _construct(cls, kwargs, device, dtype, into)
+    return _construct(cls, kwargs, device, dtype, into)
+
+
+def _construct(
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    device: torch.device | str,
+    dtype: torch.dtype | None,
+    into: nn.Module | None,
+) -> nn.Module:
     init: Any = cls.__init__
     if _takes_factory_kwargs(cls):  # type: ignore[arg-type]
         full = {**kwargs, "device": device, "dtype": dtype}
@@ -617,6 +794,21 @@ def _new(
 def _forward_names(cls: type[nn.Module]) -> list[str]:
     """The names of ``cls.forward``'s arguments, without ``self``."""
     return list(inspect.signature(cls.forward).parameters)[1:]
+
+
+def _differs(a: Any, b: Any) -> bool:
+    """Whether two attribute values differ (plain values only; anything else: no)."""
+    plain = (int, float, bool, str, tuple, type(None))
+    if isinstance(a, plain) and isinstance(b, plain):
+        return bool(a != b)
+    return False
+
+
+def _unknown_parts(a: Any, b: Any) -> Any:
+    """``UNKNOWN``, or for two tuples of one length, ``a`` with ``?`` where they differ."""
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        return tuple(UNKNOWN if x != y else x for x, y in zip(a, b, strict=True))
+    return UNKNOWN
 
 
 def _short_repr(module: nn.Module) -> str:

@@ -126,7 +126,8 @@ def _finish(module: nn.Module) -> None:
         handle.remove()
     for key in [k for k in module.__dict__ if k.startswith("_lazynn_")]:
         del module.__dict__[key]
-    target = getattr(module, "cls_to_become", None)
+    # An instance may have chosen its class (rank-agnostic layers): take it, leave no trace.
+    target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
     if target is not None:
         module.__class__ = target
 
@@ -291,13 +292,18 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         super(_TorchLazyModuleMixin, self)._save_to_state_dict(  # type: ignore[misc]
             destination, prefix, keep_vars
         )
-        for key in [k for k in destination if k.startswith(prefix)]:
-            entry = destination[key]
-            own = key[len(prefix) :]
-            live = entry is self._parameters.get(own) or entry is self._buffers.get(own)
-            if is_placeholder(entry) and not live:  # a detached copy, not keep_vars
-                # Named in the error if this entry is loaded into a built model.
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``nn.Module``'s; the unbuilt entries (this layer's and its submodules') are
+        labelled, so that loading them into a built model says which checkpoint entry is
+        unbuilt and how to fix it."""
+        result = super().state_dict(*args, **kwargs)
+        prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
+        live = {id(t) for t in (*self.parameters(), *self.buffers())}
+        for key, entry in result.items():
+            if key.startswith(prefix) and is_placeholder(entry) and id(entry) not in live:
                 entry._lazynn_checkpoint = f"'{key}' (saved from an unbuilt {type(self).__name__})"
+        return result
 
     def _lazy_load_hook(self, *args: Any, **kwargs: Any) -> None:
         """Unused: lazynn loads through ``_load_from_state_dict`` (kept for torch parity)."""

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._declare import LazyLayer, _map_tensors
+from ._declare import _REHEARSED_SIZES, LazyLayer, _map_tensors
 from ._errors import InferenceError, LazynnError, message, shape_str
 from ._memo import Memo
 from ._mixin import _BUILD_LOCK, _REHEARSAL
@@ -203,6 +203,8 @@ def rehearse(
 
     failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
 
+    pending_sizes: dict[int, dict[str, Any]] = {}
+
     def pre(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         path = paths.get(id(module), "?")
         stack.append((path, module, a, k, sys.exc_info()[1]))
@@ -222,11 +224,12 @@ def rehearse(
             call.outputs = _shapes(out)
         lazy_cls = lazy_before.get(path)
         if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in sizes:
-            sizes[module] = {name: int(getattr(module, name)) for name in lazy_cls.inferred}
+            sizes[module] = pending_sizes[id(module)]
 
     with _BUILD_LOCK:
         snapshot = Snapshot(model)
         _REHEARSAL.active = True
+        _REHEARSED_SIZES.by_module = pending_sizes
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 memo = Memo(model, paths) if memoize else None
@@ -253,6 +256,7 @@ def rehearse(
                 }
         finally:
             _REHEARSAL.active = False
+            _REHEARSED_SIZES.by_module = None
             snapshot.restore()
     unreached = [p for p, m in modules.items() if p in lazy_before and p not in calls]
     return Rehearsal(calls, types, tensors, sizes, inputs, unreached, output)

@@ -1,0 +1,367 @@
+"""Rank-agnostic layers: the first input's rank picks the 1d, 2d or 3d torch.nn class.
+
+``lazynn.Conv(16, 3)`` on ``(N, C, H, W)`` becomes exactly ``nn.Conv2d(C, 16, 3)``. Inputs are
+read as *batched*: rank 3 is 1d ``(N, C, L)``, rank 4 is 2d ``(N, C, H, W)``, rank 5 is 3d
+``(N, C, D, H, W)`` (``BatchNorm`` also takes ``(N, C)`` as 1d). An unbatched ``(C, H, W)``
+would be read as a batched 1d input, so these layers do not take unbatched inputs: use the
+ranked lazy classes (``LazyConv2d``) for those. A rank they cannot place is an
+:class:`~lazynn.InferenceError` naming the ranks they accept.
+
+>>> import torch, lazynn
+>>> conv = lazynn.Conv(16, 3)
+>>> conv
+Conv(16, 3, rank=?)
+>>> conv(torch.randn(2, 3, 8, 8)).shape, type(conv).__name__
+(torch.Size([2, 16, 6, 6]), 'Conv2d')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ._declare import Infer, LazyLayer
+from ._errors import (
+    CheckpointError,
+    InferenceError,
+    UnbuiltError,
+    message,
+    module_path,
+    shape_str,
+)
+from ._placeholder import is_placeholder
+
+__all__ = [
+    "AdaptiveAvgPool",
+    "AdaptiveMaxPool",
+    "AvgPool",
+    "BatchNorm",
+    "Conv",
+    "ConvTranspose",
+    "Dropout",
+    "InstanceNorm",
+    "MaxPool",
+]
+
+_CHANNELS = {"in_channels": Infer(dim=1, probe="groups")}
+_FEATURES = {"num_features": Infer(dim=1)}
+
+
+class _RankAgnostic(LazyLayer, nn.Module):
+    """A lazy layer whose class (``by_rank[input rank]``) is chosen at the build."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]]
+    _user_args: tuple[Any, ...]
+
+    def _agnostic_setup(self, args: tuple[Any, ...], **kwargs: Any) -> None:
+        ranks = sorted(self.by_rank)
+        kernel = kwargs.get("kernel_size")
+        if isinstance(kernel, tuple):  # a tuple kernel fixes the rank: lay out with that class
+            ranks = [r for r in ranks if self.by_rank[r] is self._class_for_spatial(len(kernel))]
+            if not ranks:
+                raise ValueError(
+                    f"{type(self).__name__}: a kernel_size of {len(kernel)} dimensions has no "
+                    f"{type(self).__name__.lower()} class; expected 1 to 3"
+                )
+        self.__dict__["cls_to_become"] = self.by_rank[ranks[0]]
+        self.__dict__["_lazynn_ranks"] = tuple(ranks)
+        self.__dict__["_lazynn_shown"] = args
+        self._lazynn_setup(**kwargs)
+
+    def _class_for_spatial(self, spatial: int) -> type[nn.Module] | None:
+        return self.by_rank.get(spatial + 2)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The chosen class's forward, once built (the first call builds, then gets here)."""
+        if isinstance(self, _RankAgnostic):
+            raise UnbuiltError(
+                message(
+                    module_path(self),
+                    "a call of the module, which builds it (model(x))",
+                    "a direct .forward() call, which skips the build",
+                    "call the module itself, or lazynn.build(model, example) first",
+                )
+            )
+        return type(self).forward(self, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        if "_lazynn_shown" not in self.__dict__:
+            return super().extra_repr()
+        shown = ", ".join(repr(a) for a in self.__dict__["_lazynn_shown"])
+        return f"{shown}, rank=?" if shown else "rank=?"
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        from ._mixin import in_build
+
+        if in_build():
+            value = args[0] if args else next(iter(kwargs.values()), None)
+            rank = value.dim() if isinstance(value, torch.Tensor) else -1
+            accepted = self.__dict__["_lazynn_ranks"]
+            if rank not in accepted:
+                raise InferenceError(
+                    message(
+                        module_path(self),
+                        "a batched input of rank "
+                        + " or ".join(f"{r} ({self.by_rank[r].__name__})" for r in accepted),
+                        f"shape {shape_str(value.shape)}"
+                        if isinstance(value, torch.Tensor)
+                        else repr(value),
+                        "reshape the input, or use a ranked class (lazynn.LazyConv2d...) for "
+                        "unbatched inputs",
+                    )
+                )
+            self.__dict__["cls_to_become"] = self.by_rank[rank]
+        super().initialize_parameters(*args, **kwargs)
+
+    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+        entries = [
+            state_dict.get(prefix + (f"{path}.{name}" if path else name))
+            for path, name, _ in self._lazynn_slots()
+        ]
+        if not any(isinstance(e, torch.Tensor) and not is_placeholder(e) for e in entries):
+            return  # nothing built in the checkpoint: stay unbuilt
+        weight = state_dict.get(prefix + "weight")
+        target = None
+        if self._spatial_weight and isinstance(weight, torch.Tensor):
+            target = self._class_for_spatial(weight.dim() - 2)
+        if target is None:
+            raise CheckpointError(
+                message(
+                    module_path(self, prefix[:-1]),
+                    "a checkpoint that tells this layer's rank (1d, 2d or 3d)",
+                    "one that does not (a norm's tensors look the same in every rank)",
+                    "build the model first (lazynn.build(model, example) or one call), then "
+                    "load the checkpoint",
+                )
+            )
+        self.__dict__["cls_to_become"] = target
+        super()._lazynn_build_from_state(state_dict, prefix)
+
+    _spatial_weight: ClassVar[bool] = False
+
+
+class Conv(_RankAgnostic):
+    """``nn.Conv1d/2d/3d`` chosen by the input's rank; ``in_channels`` from dimension 1.
+
+    Args: those of ``nn.Conv2d`` without ``in_channels``. Input ``(N, C, *spatial)`` with 1 to
+    3 spatial dimensions.
+    """
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}
+    inferred: ClassVar[Mapping[str, Infer]] = _CHANNELS
+    _spatial_weight = True
+
+    def __init__(
+        self,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: str | int | tuple[int, ...] = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._agnostic_setup(
+            (out_channels, kernel_size),
+            out_channels=out_channels, kernel_size=kernel_size, stride=stride, padding=padding,
+            dilation=dilation, groups=groups, bias=bias, padding_mode=padding_mode,
+            device=device, dtype=dtype,
+        )  # fmt: skip
+
+
+class ConvTranspose(_RankAgnostic):
+    """``nn.ConvTranspose1d/2d/3d`` chosen by the input's rank; ``in_channels`` from dim 1."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.ConvTranspose1d,
+        4: nn.ConvTranspose2d,
+        5: nn.ConvTranspose3d,
+    }
+    inferred: ClassVar[Mapping[str, Infer]] = _CHANNELS
+    _spatial_weight = True
+
+    def __init__(
+        self,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] = 0,
+        output_padding: int | tuple[int, ...] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | tuple[int, ...] = 1,
+        padding_mode: str = "zeros",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._agnostic_setup(
+            (out_channels, kernel_size),
+            out_channels=out_channels, kernel_size=kernel_size, stride=stride, padding=padding,
+            output_padding=output_padding, groups=groups, bias=bias, dilation=dilation,
+            padding_mode=padding_mode, device=device, dtype=dtype,
+        )  # fmt: skip
+
+
+class BatchNorm(_RankAgnostic):
+    """``nn.BatchNorm1d`` (``(N, C)`` or ``(N, C, L)``), ``2d`` or ``3d`` by the input's rank."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        2: nn.BatchNorm1d,
+        3: nn.BatchNorm1d,
+        4: nn.BatchNorm2d,
+        5: nn.BatchNorm3d,
+    }
+    inferred: ClassVar[Mapping[str, Infer]] = _FEATURES
+    mixed_precision_input = True
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        self._agnostic_setup(
+            (),
+            eps=eps, momentum=momentum, affine=affine, track_running_stats=track_running_stats,
+            device=device, dtype=dtype, bias=bias,
+        )  # fmt: skip
+
+
+class InstanceNorm(_RankAgnostic):
+    """``nn.InstanceNorm1d/2d/3d`` by the input's rank (batched); eager defaults."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.InstanceNorm1d,
+        4: nn.InstanceNorm2d,
+        5: nn.InstanceNorm3d,
+    }
+    inferred: ClassVar[Mapping[str, Infer]] = _FEATURES
+    mixed_precision_input = True
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        self._agnostic_setup(
+            (),
+            eps=eps, momentum=momentum, affine=affine, track_running_stats=track_running_stats,
+            device=device, dtype=dtype, bias=bias,
+        )  # fmt: skip
+
+
+class _ShapeOnly(_RankAgnostic):
+    """Rank-agnostic layers with no parameters: only the class is decided at the build."""
+
+    inferred: ClassVar[Mapping[str, Infer]] = {}
+
+    def _setup_plain(self, args: tuple[Any, ...], **kwargs: Any) -> None:
+        # These classes take no device/dtype: lazynn constructs them under torch.device.
+        self._agnostic_setup(args, **kwargs)
+
+
+class MaxPool(_ShapeOnly):
+    """``nn.MaxPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.MaxPool1d,
+        4: nn.MaxPool2d,
+        5: nn.MaxPool3d,
+    }
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] | None = None,
+        padding: int | tuple[int, ...] = 0,
+        dilation: int | tuple[int, ...] = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
+        self._setup_plain(
+            (kernel_size,),
+            kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+            return_indices=return_indices, ceil_mode=ceil_mode,
+        )  # fmt: skip
+
+
+class AvgPool(_ShapeOnly):
+    """``nn.AvgPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.AvgPool1d,
+        4: nn.AvgPool2d,
+        5: nn.AvgPool3d,
+    }
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] | None = None,
+        padding: int | tuple[int, ...] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> None:
+        self._setup_plain(
+            (kernel_size,),
+            kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+            count_include_pad=count_include_pad,
+        )  # fmt: skip
+
+
+class AdaptiveAvgPool(_ShapeOnly):
+    """``nn.AdaptiveAvgPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.AdaptiveAvgPool1d,
+        4: nn.AdaptiveAvgPool2d,
+        5: nn.AdaptiveAvgPool3d,
+    }
+
+    def __init__(self, output_size: int | tuple[int | None, ...]) -> None:
+        self._setup_plain((output_size,), output_size=output_size)
+
+
+class AdaptiveMaxPool(_ShapeOnly):
+    """``nn.AdaptiveMaxPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.AdaptiveMaxPool1d,
+        4: nn.AdaptiveMaxPool2d,
+        5: nn.AdaptiveMaxPool3d,
+    }
+
+    def __init__(
+        self, output_size: int | tuple[int | None, ...], return_indices: bool = False
+    ) -> None:
+        self._setup_plain((output_size,), output_size=output_size, return_indices=return_indices)
+
+
+class Dropout(_ShapeOnly):
+    """``nn.Dropout1d/2d/3d`` (channel dropout) by the input's rank (3, 4 or 5)."""
+
+    by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
+        3: nn.Dropout1d,
+        4: nn.Dropout2d,
+        5: nn.Dropout3d,
+    }
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        self._setup_plain((p,), p=p, inplace=inplace)

@@ -1,0 +1,293 @@
+"""More torch.nn layers whose sizes the input tells, each declared in one line with lazy().
+
+    LazyGroupNorm(num_groups, ...)      num_channels = C of (N, C, *)
+    LazyPReLU(init=0.25, ...)           num_parameters = C of (N, C, *): one slope per channel
+    LazySyncBatchNorm(...)              num_features = C of (N, C, *)
+    LazyBilinear(out_features, ...)     in1_features, in2_features = last dims of the two inputs
+    LazyRNNCell / LazyLSTMCell / LazyGRUCell(hidden_size, ...)   input_size = last dim
+    LazyTransformerEncoderLayer / LazyTransformerDecoderLayer(nhead, ...)  d_model = last dim
+    LazyAdaptiveLogSoftmaxWithLoss(n_classes, cutoffs, ...)      in_features = last dim
+    LazyLinearCrossEntropyLoss(num_classes, ...)                  in_features = last dim
+    LazyTransformer(nhead=8, ...)                                 d_model = the source's last dim
+    LazyLayerNorm(..., dims=1) / LazyRMSNorm(..., dims=1)   normalized_shape = last `dims` dims
+
+>>> import torch, lazynn
+>>> norm = lazynn.LazyGroupNorm(2)
+>>> norm(torch.randn(4, 6, 5)).shape, type(norm).__name__, norm.num_channels
+(torch.Size([4, 6, 5]), 'GroupNorm', 6)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ._declare import Infer, LazyLayer
+from ._factory import lazy
+
+__all__ = [
+    "LazyAdaptiveLogSoftmaxWithLoss",
+    "LazyBilinear",
+    "LazyGRU",
+    "LazyGRUCell",
+    "LazyGroupNorm",
+    "LazyLSTM",
+    "LazyLSTMCell",
+    "LazyLayerNorm",
+    "LazyLinearCrossEntropyLoss",
+    "LazyMultiheadAttention",
+    "LazyPReLU",
+    "LazyRMSNorm",
+    "LazyRNN",
+    "LazyRNNCell",
+    "LazySyncBatchNorm",
+    "LazyTransformer",
+    "LazyTransformerDecoderLayer",
+    "LazyTransformerEncoderLayer",
+]
+
+_LAST = Infer(dim=-1)
+
+LazyGroupNorm = lazy(nn.GroupNorm, num_channels=Infer(dim=1, probe="num_groups"))
+LazyPReLU = lazy(nn.PReLU, num_parameters=Infer(dim=1))
+LazySyncBatchNorm = lazy(nn.SyncBatchNorm, num_features=Infer(dim=1))
+LazyBilinear = lazy(
+    nn.Bilinear, in1_features=Infer(arg=0, dim=-1), in2_features=Infer(arg=1, dim=-1)
+)
+LazyRNNCell = lazy(nn.RNNCell, input_size=_LAST)
+LazyLSTMCell = lazy(nn.LSTMCell, input_size=_LAST)
+LazyGRUCell = lazy(nn.GRUCell, input_size=_LAST)
+LazyTransformerEncoderLayer = lazy(nn.TransformerEncoderLayer, d_model=Infer(probe="nhead"))
+LazyTransformerDecoderLayer = lazy(nn.TransformerDecoderLayer, d_model=Infer(probe="nhead"))
+LazyAdaptiveLogSoftmaxWithLoss = lazy(nn.AdaptiveLogSoftmaxWithLoss, in_features=_LAST)
+LazyLinearCrossEntropyLoss = lazy(nn.LinearCrossEntropyLoss, in_features=_LAST)
+LazyTransformer = lazy(nn.Transformer, d_model=Infer(probe="nhead"))
+
+
+def _trailing(dims: int) -> Mapping[str, Infer]:
+    if not isinstance(dims, int) or dims < 1:
+        raise ValueError(
+            f"dims: expected a positive number of trailing dimensions, received {dims!r}"
+        )
+    return {"normalized_shape": Infer(trailing=dims)}
+
+
+class LazyLayerNorm(LazyLayer, nn.LayerNorm):
+    """``nn.LayerNorm`` with ``normalized_shape`` read from the input's trailing dimensions.
+
+    Input ``(*, D_1, ..., D_k)``; ``normalized_shape = (D_1, ..., D_k)`` with ``k = dims``
+    (default 1: the last dimension). Other arguments as ``nn.LayerNorm``.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.LazyLayerNorm(dims=2)
+    >>> norm(torch.randn(4, 3, 5)).shape, norm.normalized_shape
+    (torch.Size([4, 3, 5]), (3, 5))
+    """
+
+    cls_to_become = nn.LayerNorm
+    inferred: ClassVar[Mapping[str, Infer]] = _trailing(1)
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        dims: int = 1,
+    ) -> None:
+        self.__dict__["_lazynn_inferred"] = _trailing(dims)
+        self._lazynn_setup(
+            eps=eps, elementwise_affine=elementwise_affine, bias=bias, device=device, dtype=dtype
+        )
+
+
+class LazyRMSNorm(LazyLayer, nn.RMSNorm):
+    """``nn.RMSNorm`` with ``normalized_shape`` read from the input's trailing dimensions.
+
+    Input ``(*, D_1, ..., D_k)``; ``normalized_shape = (D_1, ..., D_k)`` with ``k = dims``
+    (default 1). Other arguments as ``nn.RMSNorm``.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.LazyRMSNorm()
+    >>> norm(torch.randn(4, 6)).shape, norm.normalized_shape
+    (torch.Size([4, 6]), (6,))
+    """
+
+    cls_to_become = nn.RMSNorm
+    inferred: ClassVar[Mapping[str, Infer]] = _trailing(1)
+
+    def __init__(
+        self,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        dims: int = 1,
+    ) -> None:
+        self.__dict__["_lazynn_inferred"] = _trailing(dims)
+        self._lazynn_setup(
+            eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype
+        )
+
+
+class _LazyRNNBase(LazyLayer):
+    """``input_size`` from the input's last dimension (a ``PackedSequence``'s data too)."""
+
+    inferred: ClassVar[Mapping[str, Infer]] = {"input_size": Infer(dim=-1)}
+
+
+class LazyRNN(_LazyRNNBase, nn.RNN):
+    """``nn.RNN(input_size, hidden_size, ...)`` with ``input_size`` inferred.
+
+    Input ``(L, N, H_in)`` (``(N, L, H_in)`` with ``batch_first``), unbatched ``(L, H_in)``,
+    or a ``PackedSequence``; ``input_size = H_in``.
+
+    >>> import torch, lazynn
+    >>> rnn = lazynn.LazyRNN(4, num_layers=2)
+    >>> out, h = rnn(torch.randn(5, 3, 7))
+    >>> type(rnn).__name__, rnn.input_size, tuple(out.shape)
+    ('RNN', 7, (5, 3, 4))
+    """
+
+    cls_to_become = nn.RNN
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._lazynn_setup(
+            hidden_size=hidden_size, num_layers=num_layers, nonlinearity=nonlinearity,
+            bias=bias, batch_first=batch_first, dropout=dropout, bidirectional=bidirectional,
+            device=device, dtype=dtype,
+        )  # fmt: skip
+
+
+class LazyLSTM(_LazyRNNBase, nn.LSTM):
+    """``nn.LSTM(input_size, hidden_size, ...)`` with ``input_size`` inferred (as LazyRNN).
+
+    >>> import torch, lazynn
+    >>> lstm = lazynn.LazyLSTM(4, batch_first=True)
+    >>> out, (h, c) = lstm(torch.randn(3, 5, 7))
+    >>> type(lstm).__name__, lstm.input_size, tuple(out.shape)
+    ('LSTM', 7, (3, 5, 4))
+    """
+
+    cls_to_become = nn.LSTM
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._lazynn_setup(
+            hidden_size=hidden_size, num_layers=num_layers, bias=bias, batch_first=batch_first,
+            dropout=dropout, bidirectional=bidirectional, proj_size=proj_size, device=device,
+            dtype=dtype,
+        )  # fmt: skip
+
+
+class LazyGRU(_LazyRNNBase, nn.GRU):
+    """``nn.GRU(input_size, hidden_size, ...)`` with ``input_size`` inferred (as LazyRNN)."""
+
+    cls_to_become = nn.GRU
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self._lazynn_setup(
+            hidden_size=hidden_size, num_layers=num_layers, bias=bias, batch_first=batch_first,
+            dropout=dropout, bidirectional=bidirectional, device=device, dtype=dtype,
+        )  # fmt: skip
+
+
+class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
+    """``nn.MultiheadAttention`` with ``embed_dim`` from the query's last dimension.
+
+    ``kdim`` / ``vdim`` are read from the key and value too, unless given. A key or value whose
+    size differs from the query's gives the layer other parameters (separate projections)
+    than one whose size matches: declare such sizes (``kdim=``, ``vdim=``), else a first call
+    with them is an :class:`~lazynn.InferenceError` that says so.
+
+    >>> import torch, lazynn
+    >>> mha = lazynn.LazyMultiheadAttention(2, batch_first=True)
+    >>> q = torch.randn(3, 5, 8)
+    >>> out, weights = mha(q, q, q)
+    >>> type(mha).__name__, mha.embed_dim, tuple(out.shape)
+    ('MultiheadAttention', 8, (3, 5, 8))
+    """
+
+    cls_to_become = nn.MultiheadAttention
+    inferred: ClassVar[Mapping[str, Infer]] = {"embed_dim": Infer(dim=-1, probe="num_heads")}
+
+    def __init__(
+        self,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        specs = dict(self.inferred)
+        if kdim is None:
+            specs["kdim"] = Infer(arg=1, dim=-1, probe="num_heads")
+        if vdim is None:
+            specs["vdim"] = Infer(arg=2, dim=-1, probe="num_heads")
+        self.__dict__["_lazynn_inferred"] = specs
+        kwargs = {"kdim": kdim} if kdim is not None else {}
+        if vdim is not None:
+            kwargs["vdim"] = vdim
+        self._lazynn_setup(
+            num_heads=num_heads, dropout=dropout, bias=bias, add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn, batch_first=batch_first, device=device, dtype=dtype,
+            **kwargs,
+        )  # fmt: skip
+
+    def _lazynn_solve_sizes(
+        self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
+    ) -> dict[str, Any]:
+        # An undeclared kdim / vdim means the key and value are the query's size (the
+        # placeholders are the shared in_proj_weight): solve embed_dim alone.
+        specs = self.__dict__["_lazynn_inferred"]
+        self.__dict__["_lazynn_inferred"] = {"embed_dim": specs["embed_dim"]}
+        try:
+            sizes = super()._lazynn_solve_sizes(found, where, prefix)
+        finally:
+            self.__dict__["_lazynn_inferred"] = specs
+        for name in ("kdim", "vdim"):
+            if name in specs:
+                sizes[name] = sizes["embed_dim"]
+        return sizes
