@@ -20,14 +20,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._declare import UNKNOWN
+from ._declare import _MODULE_KEYS, UNKNOWN
 from ._mixin import _pre_hook
 from ._placeholder import is_placeholder
 
 __all__ = ["Memo"]
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-_MODULE_KEYS = frozenset(nn.Module().__dict__)
 
 
 class _Unhashable(Exception):
