@@ -208,6 +208,16 @@ ROWS += [
     Row(lazynn.LazyGRUCell, nn.GRUCell, "input_size",
         st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
         _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
+    Row(lazynn.LazyLayerNorm, nn.LayerNorm, "normalized_shape",
+        st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
+                               "elementwise_affine": st.booleans(), "bias": st.booleans()}),
+        _cell_shape, _any_size, {}, wrong_ranks=(0,),
+        size_of=lambda m: m.normalized_shape[0]),
+    Row(lazynn.LazyRMSNorm, nn.RMSNorm, "normalized_shape",
+        st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
+                               "elementwise_affine": st.booleans()}),
+        _cell_shape, _any_size, {}, wrong_ranks=(0,),
+        size_of=lambda m: m.normalized_shape[0]),
     # simple: nhead=1 (any d_model is valid) and dropout=0.0, so that outputs do not depend
     # on the RNG state at call time (the generic tests compare outputs of separately called
     # twins); the hypothesis options draw dropout 0.1 too, where both draw the same numbers.
@@ -227,7 +237,7 @@ UNBATCHED = {
     r.lazy
     for r in ROWS
     if r.lazy.__name__.startswith(("LazyConv", "LazyInstance", "LazyRNNCell", "LazyGRUCell",
-                                   "LazyTransformer"))
+                                   "LazyTransformer", "LazyLayerNorm", "LazyRMSNorm"))
 }
 
 

@@ -437,7 +437,7 @@ def test_inferred_size_of_zero_is_refused(
     with pytest.raises(lazynn.InferenceError, match=rf"^{name}: expected a positive \w+ ") as e:
         layer(torch.randn(shape))
     assert f"received shape {tuple(shape)}" in str(e.value)
-    assert "=0" in str(e.value)
+    assert "=0" in str(e.value) or "=(0," in str(e.value)  # an int size, or a tuple one
     assert "Fix: call the layer with a non-empty input" in str(e.value)
     before.assert_unbuilt_again()
 

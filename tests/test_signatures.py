@@ -60,12 +60,26 @@ def eager_args(row: Row, size: int, positional: tuple[Any, ...]) -> tuple[Any, .
     return (*positional[:position], size, *positional[position:])
 
 
+#: keyword-only arguments a lazy layer adds to its eager class's (how to read its size)
+EXTRA = {lazynn.LazyLayerNorm: ["dims"], lazynn.LazyRMSNorm: ["dims"]}
+
+
+def lazy_params(row: Row) -> list[tuple[str, Any, Any]]:
+    """The lazy signature without its declared extra arguments (checked to be keyword-only)."""
+    extra = EXTRA.get(row.lazy, [])
+    ours = params(inspect.signature(row.lazy))
+    for name, kind_, _ in ours:
+        if name in extra:
+            assert kind_ is inspect.Parameter.KEYWORD_ONLY, name
+    return [p for p in ours if p[0] not in extra]
+
+
 def test_signature_is_the_eager_one_without_the_inferred_argument(row: Row) -> None:
     eager = params(inspect.signature(row.eager))
     # the inferred argument comes first in torch.nn, except where the table says
     assert eager[INFERRED_POSITION.get(row.eager, 0)][0] == row.inferred
     expected = [p for p in eager if p[0] != row.inferred]
-    assert params(inspect.signature(row.lazy)) == expected
+    assert lazy_params(row) == expected
 
 
 INSTANCE_NORM_DEFAULTS = {"affine": (False, True), "track_running_stats": (False, True)}
@@ -79,6 +93,8 @@ NO_TORCH_TWIN = {
     lazynn.LazyRNNCell,
     lazynn.LazyGRUCell,
     lazynn.LazyTransformerEncoderLayer,
+    lazynn.LazyLayerNorm,
+    lazynn.LazyRMSNorm,
 }
 
 
@@ -152,6 +168,12 @@ ALTERNATIVES: dict[type[nn.Module], Settings] = {
         "nonlinearity": [{"nonlinearity": "relu"}, {"nonlinearity": "tanh"}],
     },
     nn.GRUCell: {"hidden_size": [{"hidden_size": 5}], "bias": [{"bias": False}]},
+    nn.LayerNorm: {
+        "eps": [{"eps": 1e-3}],
+        "elementwise_affine": [{"elementwise_affine": False}],
+        "bias": [{"bias": False}],
+    },
+    nn.RMSNorm: {"eps": [{"eps": 1e-3}], "elementwise_affine": [{"elementwise_affine": False}]},
     nn.TransformerEncoderLayer: {
         "nhead": [{"nhead": 2}, {"nhead": 4}],
         "dim_feedforward": [{"dim_feedforward": 3}],
@@ -289,6 +311,10 @@ POSITIONAL: dict[type[nn.Module], tuple[Any, ...]] = {
     nn.RNNCell: (5, False, "relu", "cpu", torch.float64),
     # hidden_size, bias
     nn.GRUCell: (5, False, "cpu", torch.float64),
+    # eps, elementwise_affine, bias
+    nn.LayerNorm: (1e-3, False, False, "cpu", torch.float64),
+    # eps, elementwise_affine
+    nn.RMSNorm: (1e-3, False, "cpu", torch.float64),
     # nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
     # bias
     nn.TransformerEncoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu",

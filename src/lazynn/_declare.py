@@ -214,6 +214,8 @@ class LazyLayer(LazyModuleMixin):
     cls_to_become: type[nn.Module]  # type: ignore[assignment]
     inferred: ClassVar[Mapping[str, Infer]]
     mixed_precision_input: ClassVar[bool] = False
+    #: whether any floating input dtype is accepted (nn.RMSNorm computes mixed dtypes)
+    any_float_input: ClassVar[bool] = False
 
     _lazynn_kwargs: dict[str, Any]
     _lazynn_device: torch.device
@@ -244,9 +246,10 @@ class LazyLayer(LazyModuleMixin):
                         placeholder = _placeholder_for(tensor, kind, target, self, prefix, name)
                         tensors[name] = placeholders[(prefix, name)] = placeholder
         self._lazynn_placeholders = placeholders
-        for name in self._lazynn_specs():
+        for name, spec in self._lazynn_specs().items():
             if name in self.__dict__:  # stored by the eager class (not all store it)
-                setattr(self, name, UNKNOWN)
+                unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
+                setattr(self, name, unknown)
         if self._modules:
             self._lazynn_hide_probes({**kwargs, **probes}, dtype)
         self._lazynn_kwargs = kwargs
@@ -409,7 +412,7 @@ class LazyLayer(LazyModuleMixin):
                 continue  # autocast casts inputs and weights; eager accepts any float here
             expected = floats[0] if floats else None
             ok = dtype.is_floating_point or dtype.is_complex
-            if ok and expected is not None and dtype != expected:
+            if ok and expected is not None and dtype != expected and not self.any_float_input:
                 ok = (
                     self.mixed_precision_input
                     and expected == torch.float32

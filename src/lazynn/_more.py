@@ -89,6 +89,7 @@ class LazyLayerNorm(LazyLayer, nn.LayerNorm):
 
     cls_to_become = nn.LayerNorm
     inferred: ClassVar[Mapping[str, Infer]] = _trailing(1)
+    mixed_precision_input = True  # float16/bfloat16 input with float32 parameters, as eager
 
     def __init__(
         self,
@@ -120,6 +121,7 @@ class LazyRMSNorm(LazyLayer, nn.RMSNorm):
 
     cls_to_become = nn.RMSNorm
     inferred: ClassVar[Mapping[str, Infer]] = _trailing(1)
+    any_float_input = True  # nn.RMSNorm computes a float64 input with float32 weights
 
     def __init__(
         self,
