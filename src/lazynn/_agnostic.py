@@ -270,11 +270,8 @@ class InstanceNorm(_RankAgnostic):
 class _ShapeOnly(_RankAgnostic):
     """Rank-agnostic layers with no parameters: only the class is decided at the build."""
 
+    # These classes take no device/dtype: lazynn constructs them under torch.device.
     inferred: ClassVar[Mapping[str, Infer]] = {}
-
-    def _setup_plain(self, args: tuple[Any, ...], **kwargs: Any) -> None:
-        # These classes take no device/dtype: lazynn constructs them under torch.device.
-        self._agnostic_setup(args, **kwargs)
 
 
 class MaxPool(_ShapeOnly):
@@ -295,7 +292,7 @@ class MaxPool(_ShapeOnly):
         return_indices: bool = False,
         ceil_mode: bool = False,
     ) -> None:
-        self._setup_plain(
+        self._agnostic_setup(
             (kernel_size,),
             kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
             return_indices=return_indices, ceil_mode=ceil_mode,
@@ -319,7 +316,7 @@ class AvgPool(_ShapeOnly):
         ceil_mode: bool = False,
         count_include_pad: bool = True,
     ) -> None:
-        self._setup_plain(
+        self._agnostic_setup(
             (kernel_size,),
             kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
             count_include_pad=count_include_pad,
@@ -336,7 +333,7 @@ class AdaptiveAvgPool(_ShapeOnly):
     }
 
     def __init__(self, output_size: int | tuple[int | None, ...]) -> None:
-        self._setup_plain((output_size,), output_size=output_size)
+        self._agnostic_setup((output_size,), output_size=output_size)
 
 
 class AdaptiveMaxPool(_ShapeOnly):
@@ -351,7 +348,7 @@ class AdaptiveMaxPool(_ShapeOnly):
     def __init__(
         self, output_size: int | tuple[int | None, ...], return_indices: bool = False
     ) -> None:
-        self._setup_plain((output_size,), output_size=output_size, return_indices=return_indices)
+        self._agnostic_setup((output_size,), output_size=output_size, return_indices=return_indices)
 
 
 class Dropout(_ShapeOnly):
@@ -364,4 +361,4 @@ class Dropout(_ShapeOnly):
     }
 
     def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
-        self._setup_plain((p,), p=p, inplace=inplace)
+        self._agnostic_setup((p,), p=p, inplace=inplace)
