@@ -96,18 +96,6 @@ def test_checkpoint_builds_an_unbuilt_twin(name: str) -> None:
     same_state(target, eager)
 
 
-def test_mha_key_of_another_size_needs_declaring() -> None:
-    mha = nn.Sequential()
-    mha.add_module("attn", lazynn.LazyMultiheadAttention(2))
-    q, k = torch.randn(5, 3, 8), torch.randn(4, 3, 6)
-    with pytest.raises(lazynn.InferenceError, match=r"LazyMultiheadAttention.*kdim=") as info:
-        mha.attn(q, k, k)
-    assert "Fix:" in str(info.value)
-    assert lazynn.is_lazy(mha.attn)
-    mha.attn(q, q, q)
-    assert mha.attn.embed_dim == 8
-
-
 def test_build_of_a_recurrent_tagger() -> None:
     class Tagger(nn.Module):
         def __init__(self) -> None:

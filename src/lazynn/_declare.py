@@ -618,7 +618,20 @@ class LazyLayer(LazyModuleMixin):
             return  # nothing built in the checkpoint: stay unbuilt
         where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
         sizes = self._lazynn_solve_sizes(found, where, prefix)
-        expected = self._lazynn_shapes(sizes)
+        try:
+            expected = self._lazynn_shapes(sizes)
+        except Exception as error:  # the eager class refuses these sizes with these arguments
+            known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn_kwargs.items())
+            raise CheckpointError(
+                message(
+                    where,
+                    f"a checkpoint whose sizes make a valid layer with its arguments ({known})",
+                    "a checkpoint giving " + ", ".join(f"{k}={v}" for k, v in sizes.items()),
+                    "construct the layer with the arguments the checkpoint was saved with; "
+                    "nothing was loaded into this layer",
+                    detail=str(error),
+                )
+            ) from error
         wrong = {k: v for k, v in found.items() if tuple(expected[k]) != tuple(v)}
         if wrong:
             known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn_kwargs.items())

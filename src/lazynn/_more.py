@@ -19,14 +19,19 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from ._declare import Infer, LazyLayer
+from ._declare import CLASS_KEY, Infer, LazyLayer, _placeholder_for
+from ._errors import module_path
 from ._factory import lazy
+from ._mixin import is_unbuilt, rehearsing
+from ._placeholder import UninitializedParameter, _raw
+from ._snapshot import Snapshot
 
 __all__ = [
     "LazyAdaptiveLogSoftmaxWithLoss",
@@ -234,10 +239,16 @@ class LazyGRU(_LazyRNNBase, nn.GRU):
 class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
     """``nn.MultiheadAttention`` with ``embed_dim`` from the query's last dimension.
 
-    ``kdim`` / ``vdim`` are read from the key and value too, unless given. A key or value whose
-    size differs from the query's gives the layer other parameters (separate projections)
-    than one whose size matches: declare such sizes (``kdim=``, ``vdim=``), else a first call
-    with them is an :class:`~lazynn.InferenceError` that says so.
+    ``kdim`` / ``vdim`` are read from the key and value too, unless given. A key or value
+    whose size differs from the query's gives the eager layer other parameters: separate
+    ``q_proj_weight`` / ``k_proj_weight`` / ``v_proj_weight`` instead of one
+    ``in_proj_weight``. The build then lays the layer out that way: the ``in_proj_weight``
+    placeholder becomes ``q_proj_weight`` and the other two are added, with a warning, since
+    an optimizer made before the build holds neither. Declare ``kdim=`` / ``vdim=`` to have
+    every parameter from construction.
+
+    Shapes: query ``(L, E)`` or ``(N, L, E)`` (``batch_first``) or ``(L, N, E)``; key
+    ``(S, N, kdim)``, value ``(S, N, vdim)`` in the same layout.
 
     >>> import torch, lazynn
     >>> mha = lazynn.LazyMultiheadAttention(2, batch_first=True)
@@ -245,6 +256,10 @@ class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
     >>> out, weights = mha(q, q, q)
     >>> type(mha).__name__, mha.embed_dim, tuple(out.shape)
     ('MultiheadAttention', 8, (3, 5, 8))
+    >>> cross = lazynn.LazyMultiheadAttention(2, kdim=6, vdim=6)
+    >>> _ = cross(torch.randn(5, 3, 8), torch.randn(4, 3, 6), torch.randn(4, 3, 6))
+    >>> cross.k_proj_weight.shape
+    torch.Size([8, 6])
     """
 
     cls_to_become = nn.MultiheadAttention
@@ -278,18 +293,116 @@ class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
             **kwargs,
         )  # fmt: skip
 
+    # --- one fused projection or three, as the key and value sizes decide ---------------------
+    def _lazynn_relayout(self, sizes: Mapping[str, Any]) -> bool:
+        """Lay the placeholders out as the eager layer with ``sizes`` has them: one
+        ``in_proj_weight``, or separate ``q/k/v_proj_weight`` (a key or value size unlike the
+        query's). Returns whether anything changed."""
+        layout = self._lazynn_construct(
+            {k: v for k, v in sizes.items() if k != CLASS_KEY}, "meta"
+        )._parameters
+        own = self._parameters
+        if [n for n, t in layout.items() if t is not None] == [
+            n for n, t in own.items() if t is not None
+        ]:
+            return False
+        # The query's placeholder (perhaps held by an optimizer) carries over: in_proj_weight
+        # becomes q_proj_weight, or q_proj_weight becomes in_proj_weight.
+        fused = own.get("in_proj_weight")
+        carrier: Any = fused if fused is not None else own["q_proj_weight"]
+        placed: dict[str, Any] = {}
+        for name, tensor in layout.items():
+            if tensor is None:
+                placed[name] = None
+            elif name in ("in_proj_weight", "q_proj_weight"):
+                placed[name] = carrier
+                carrier._lazynn_owner = f"the '{name}' of {type(self).__name__}"
+            elif own.get(name) is not None:
+                placed[name] = own[name]
+            else:
+                placed[name] = _placeholder_for(
+                    carrier, UninitializedParameter, _raw(carrier).device, self, "", name
+                )
+        own.clear()
+        own.update(placed)
+        record = {k: v for k, v in self._lazynn_placeholders.items() if k[0]}
+        record.update({("", n): t for n, t in placed.items() if t is not None})
+        self._lazynn_placeholders.clear()
+        self._lazynn_placeholders.update(sorted(record.items(), key=lambda kv: kv[0][0] != ""))
+        return True
+
+    def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
+        if self._lazynn_relayout(sizes) and not rehearsing():
+            _warn_relayout(self, sizes)  # (a rehearsal puts everything back after)
+        super()._lazynn_check_layout(shadow, sizes)
+
+    def _lazynn_build(
+        self,
+        sizes: Mapping[str, int],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        source: nn.Module | None = None,
+    ) -> None:
+        if self._lazynn_relayout(sizes) and not rehearsing():
+            _warn_relayout(self, sizes)  # (lazynn.build comes here directly)
+        super()._lazynn_build(sizes, device, dtype, source)
+
+    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+        # Lay the placeholders out as the checkpoint is, solve, or put everything back.
+        snapshot = Snapshot(self)
+        try:
+            probe = {
+                name: spec.probe_value(self._lazynn_kwargs)
+                for name, spec in self._lazynn_specs().items()
+            }
+            separate = prefix + "q_proj_weight" in state_dict
+            unlike: dict[str, Any] = {
+                n: probe["embed_dim"] + separate for n in ("kdim", "vdim") if n in probe
+            }
+            changed = self._lazynn_relayout({**probe, **unlike})
+            super()._lazynn_build_from_state(state_dict, prefix)
+        except BaseException:
+            snapshot.restore()
+            raise
+        if changed and not is_unbuilt(self):
+            _warn_relayout(
+                self, {"embed_dim": self.embed_dim, "kdim": self.kdim, "vdim": self.vdim}
+            )
+
     def _lazynn_solve_sizes(
         self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
     ) -> dict[str, Any]:
-        # An undeclared kdim / vdim means the key and value are the query's size (the
-        # placeholders are the shared in_proj_weight): solve embed_dim alone.
+        # kdim / vdim are the checkpoint's k/v_proj_weight widths (separate projections), or
+        # the query's size (one in_proj_weight): solve embed_dim alone.
         specs = self.__dict__["_lazynn_inferred"]
         self.__dict__["_lazynn_inferred"] = {"embed_dim": specs["embed_dim"]}
         try:
             sizes = super()._lazynn_solve_sizes(found, where, prefix)
         finally:
             self.__dict__["_lazynn_inferred"] = specs
-        for name in ("kdim", "vdim"):
+        for name, weight in (("kdim", "k_proj_weight"), ("vdim", "v_proj_weight")):
             if name in specs:
-                sizes[name] = sizes["embed_dim"]
+                shape = found.get(("", weight))
+                sizes[name] = shape[-1] if shape is not None else sizes["embed_dim"]
         return sizes
+
+
+def _warn_relayout(layer: nn.Module, sizes: Mapping[str, Any]) -> None:
+    embed = sizes["embed_dim"]
+    declared = layer.__dict__.get("_lazynn_kwargs", {})
+    kdim, vdim = (sizes.get(n, declared.get(n)) for n in ("kdim", "vdim"))
+    if layer._parameters.get("in_proj_weight") is None:
+        change = (
+            f"kdim={kdim}, vdim={vdim} unlike embed_dim={embed}: it has separate "
+            "q_proj_weight, k_proj_weight and v_proj_weight (its in_proj_weight became "
+            "q_proj_weight), so an optimizer made before this build lacks k_proj_weight and "
+            "v_proj_weight. Declare kdim= and vdim= to have every parameter from construction"
+        )
+    else:
+        change = (
+            f"kdim={kdim}, vdim={vdim} equal to embed_dim={embed}: it has one in_proj_weight "
+            "(its q_proj_weight became in_proj_weight), so an optimizer made before this build "
+            "holds k_proj_weight and v_proj_weight, which the layer no longer has. Leave kdim "
+            "and vdim undeclared when they equal the query's size"
+        )
+    warnings.warn(f"lazynn: {module_path(layer)} built with {change}.", stacklevel=4)
