@@ -212,7 +212,9 @@ def test_ddp_refuses_unbuilt_then_wraps_built() -> None:
     for report in sorted(reports, key=lambda r: r["rank"]):
         assert "crash" not in report, report
         assert report["refusal"] is not None, "DDP wrapped an unbuilt lazynn model"
-        assert "uninitialized parameters" in report["refusal"], report["refusal"]
+        # lazynn's refusal (an UnbuiltError, a RuntimeError as DDP's own) names the paths
+        assert "unbuilt lazy parameters '0.weight', '0.bias', '2.weight'" in report["refusal"]
+        assert "lazynn.build(model, example)" in report["refusal"]
         assert report["lazy_after_refusal"]
         assert report["types"] == ["Linear", "ReLU", "Linear"]
     # rank 0's weights were broadcast at wrap time; gradients were all-reduced.

@@ -28,6 +28,7 @@ from ._mixin import _BUILD_LOCK, _finish, is_unbuilt
 from ._placeholder import is_placeholder, relocate
 from ._progress import Progress
 from ._rehearse import Rehearsal, _is_lazy_module, rehearse
+from ._sharded import init_mode
 from ._snapshot import Snapshot
 
 __all__ = ["build", "materialize"]
@@ -388,11 +389,12 @@ def materialize(
         try:
             allocated: dict[int, torch.Tensor] = {}
             with torch.no_grad():
-                for _, module in todo:
+                for path, module in todo:
                     count = sum(t.numel() for t in _meta_tensors(module))
                     keep = _allocate_own(module, target, allocated)
                     saved = [(t, t.detach().clone()) for t in keep]
-                    module.reset_parameters()  # type: ignore[operator]
+                    with init_mode(module, path):  # sharded (FSDP2): as if unsharded
+                        module.reset_parameters()  # type: ignore[operator]
                     for tensor, value in saved:  # a tied tensor keeps its first owner's values
                         tensor.copy_(value)
                     bar.advance(count)

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ._errors import UnbuiltError, message
+from ._wrappers import wrapper_refusal
 
 __all__ = [
     "UninitializedBuffer",
@@ -133,6 +134,9 @@ class _Placeholder:
         return getattr(self, "_lazynn_owner", f"this {type(self).__name__}")
 
     def _refuse(self, what: str) -> UnbuiltError:
+        refusal = wrapper_refusal(self._owner())  # fully_shard asks for the shape first
+        if refusal is not None:
+            return refusal
         key = self.__dict__.get("_lazynn_checkpoint")
         if key is not None:
             return UnbuiltError(
@@ -229,6 +233,11 @@ class _Placeholder:
         self = args[0] if args else None
         with torch._C.DisableTorchFunctionSubclass():
             if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
+                if attr == "requires_grad" and isinstance(self, _Placeholder):
+                    # DDP's constructor reads requires_grad first: refuse with the recipe.
+                    refusal = wrapper_refusal(self._owner())
+                    if refusal is not None:
+                        raise refusal
                 return func(*args, **kwargs)
             if attr == "data" and getattr(func, "__name__", "") == "__set__":
                 # `module._apply` moves a placeholder by `param.data = moved_placeholder`.

@@ -1,0 +1,62 @@
+"""Drawing a slice of a random fill chunk by chunk equals the slice of a whole draw.
+
+This is what lets lazynn.materialize initialize FSDP2 shards with the numbers of an
+unsharded model (src/lazynn/_sharded.py). It depends on how torch's CPU kernels draw
+(uniform_: one number per element; normal_: blocks of 16), so it is checked against torch
+for many sizes, chunkings, slices and dtypes: a kernel change fails here first.
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import torch
+from hypothesis import given, settings
+
+from lazynn._sharded import draw_slice
+
+FILLS = {
+    "uniform": (torch.Tensor.uniform_, (-0.5, 0.25)),
+    "normal": (torch.Tensor.normal_, (0.1, 0.02)),
+}
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[tuple[int, ...], int, int, int]:
+    rows = draw(st.integers(1, 40))
+    row = draw(st.sampled_from([1, 3, 7, 16, 17, 33]))
+    start = draw(st.integers(0, rows - 1))
+    count = draw(st.integers(0, rows - start))
+    chunk = draw(st.sampled_from([16, 32, 48, 160, 1 << 20]))
+    return (rows, row), start, count, chunk
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    case=cases(),
+    fill=st.sampled_from(sorted(FILLS)),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_slice_drawn_in_chunks_equals_the_slice_of_a_whole_draw(
+    case: tuple[tuple[int, ...], int, int, int], fill: str, dtype: torch.dtype, seed: int
+) -> None:
+    shape, start, count, chunk = case
+    op, args = FILLS[fill]
+    torch.manual_seed(seed)
+    whole = op(torch.empty(shape, dtype=dtype), *args)
+    after_whole = torch.get_rng_state()
+    torch.manual_seed(seed)
+    part = torch.full((count, shape[1]), float("nan"), dtype=dtype)
+    draw_slice(part, op, shape, start * shape[1], args, {}, chunk=chunk)
+    assert torch.equal(part, whole[start : start + count])
+    # and the generator ends where the whole draw leaves it: later layers draw the same
+    assert torch.equal(torch.get_rng_state(), after_whole)
+
+
+def test_an_explicit_generator_is_used() -> None:
+    gen = torch.Generator().manual_seed(3)
+    whole = torch.empty(50).uniform_(generator=gen)
+    gen.manual_seed(3)
+    part = torch.empty(20)
+    draw_slice(part, torch.Tensor.uniform_, (50,), 30, (), {"generator": gen}, chunk=16)
+    assert torch.equal(part, whole[30:])
