@@ -59,6 +59,8 @@ from ._norm import LazyBatchNorm3d as LazyBatchNorm3d
 from ._norm import LazyInstanceNorm1d as LazyInstanceNorm1d
 from ._norm import LazyInstanceNorm2d as LazyInstanceNorm2d
 from ._norm import LazyInstanceNorm3d as LazyInstanceNorm3d
+from ._on_build import OnBuildHandle as OnBuildHandle
+from ._on_build import on_build as on_build
 from ._placeholder import UninitializedBuffer as UninitializedBuffer
 from ._placeholder import UninitializedParameter as UninitializedParameter
 from ._placeholder import is_lazy as is_lazy
@@ -117,6 +119,7 @@ __all__ = [
     "LazyTransformerEncoderLayer",
     "LazynnError",
     "MaxPool",
+    "OnBuildHandle",
     "Spec",
     "Summary",
     "SummaryRow",
@@ -128,5 +131,6 @@ __all__ = [
     "is_lazy",
     "lazy",
     "materialize",
+    "on_build",
     "summary",
 ]

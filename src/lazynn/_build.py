@@ -25,6 +25,7 @@ from torch import nn
 from ._declare import LazyLayer
 from ._errors import InferenceError, LazynnError, message
 from ._mixin import _BUILD_LOCK, _finish, is_unbuilt
+from ._on_build import run_ready
 from ._placeholder import is_placeholder, relocate
 from ._progress import Progress
 from ._rehearse import Rehearsal, _is_lazy_module, rehearse
@@ -73,8 +74,21 @@ def build(
     >>> lazynn.build(net, (1, 3, 32, 32))[2]
     Linear(in_features=7200, out_features=10, bias=True)
     """
+    return _build(model, example_inputs, example_kwargs, device, dtype, progress)
+
+
+def _build(
+    model: M,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    progress: bool | None = None,
+    partial: bool = False,
+) -> M:
+    """:func:`build`; ``partial``: lazy layers the examples do not reach stay unbuilt."""
     rehearsal = rehearse(model, example_inputs, example_kwargs)
-    if rehearsal.unreached:
+    if rehearsal.unreached and not partial:
         raise InferenceError(
             message(
                 "build",
@@ -85,7 +99,12 @@ def build(
             )
         )
     _allocate(
-        model, rehearsal, torch.device(device) if device is not None else None, dtype, progress
+        model,
+        rehearsal,
+        torch.device(device) if device is not None else None,
+        dtype,
+        progress,
+        quiet=partial,
     )
     return model
 
@@ -228,7 +247,10 @@ def _allocate(
     device: torch.device | None,
     dtype: torch.dtype | None,
     progress: bool | None,
+    quiet: bool = False,
 ) -> None:
+    """Allocate every lazy layer the rehearsal sized; ``quiet``: no notes on the plan (a first
+    call's build, which promises no eager twin)."""
     order = list(model.named_modules())
     lazy = set(rehearsal.sizes) | {m for m in rehearsal.inputs if _is_lazy_module(m)}
     total = sum(
@@ -241,6 +263,7 @@ def _allocate(
         snapshot = Snapshot(model)
         bar = Progress(total, "lazynn.build", enabled=progress)
         pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
         shared: dict[int, torch.Tensor] = {}
         try:
             with torch.no_grad():
@@ -267,10 +290,14 @@ def _allocate(
                     elif module in plan.tied and plan.start is not None:
                         _scratch_init(module)  # draws what its construction drew; keeps the tie
                 for tensor, fresh in pending:
+                    replaced.append((tensor, tensor.data))
                     tensor.data = fresh.data
                 if not on_meta and (device is not None or dtype is not None):
                     model.to(device=device, dtype=dtype)
+            run_ready(model)  # work queued with lazynn.on_build
         except BaseException:
+            for tensor, old in replaced:
+                tensor.data = old
             snapshot.restore()
             torch.set_rng_state(rng_before)
             raise
@@ -280,7 +307,7 @@ def _allocate(
             # Nothing drew on meta; leave the generator where construction began, so that
             # materialize() draws what an eager construction draws.
             torch.set_rng_state(plan.start)
-    for note in plan.notes:
+    for note in [] if quiet else plan.notes:
         warnings.warn(f"lazynn.build: {note}", stacklevel=3)
 
 
@@ -398,6 +425,7 @@ def materialize(
                     for tensor, value in saved:  # a tied tensor keeps its first owner's values
                         tensor.copy_(value)
                     bar.advance(count)
+            run_ready(model)  # work queued with lazynn.on_build
         except BaseException:
             snapshot.restore()
             raise

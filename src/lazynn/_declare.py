@@ -75,18 +75,27 @@ class _Unknown:
     def __deepcopy__(self, memo: dict[int, Any]) -> _Unknown:
         return self
 
-    def _refuse(self, *args: object) -> bool:
+    def _refuse(self, *args: object) -> Any:
+        from ._callers import tool_fix
+
+        tool = tool_fix()
         raise UnbuiltError(
             message(
                 "an inferred size (shown as ?)",
-                "a built layer to compare or compute with it",
+                f"a built layer for {tool[0]}" if tool else "a built layer to compute with it",
                 "a layer whose sizes the first input has not decided yet",
-                "call the model on an example input (model(x), not model.forward(x), which "
-                "skips the build) or load a built checkpoint first",
+                tool[1]
+                if tool
+                else "build first: lazynn.build(model, example), or call the model on an "
+                "example input (model(x), not model.forward(x), which skips the build), or "
+                "load a built checkpoint",
             )
         )
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __index__ = __int__ = __float__ = __bool__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __floordiv__ = __rfloordiv__ = __truediv__ = __rtruediv__ = __mod__ = _refuse
     __hash__ = object.__hash__
 
 
@@ -189,7 +198,28 @@ def _map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
 
 
 def _to_meta(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty(tuple(int(s) for s in t.shape), dtype=t.dtype, device="meta")
+    """A meta tensor of ``t``'s shape and dtype.
+
+    Under torch.compile the input is a fake tensor whose batch size may be symbolic
+    (``dynamic=True``, ``mark_dynamic``): read its hint, which adds no guard, so the compiled
+    graph stays dynamic (``int()`` would specialize it to the first batch size).
+    """
+    return torch.empty(tuple(_hint(s) for s in t.shape), dtype=t.dtype, device="meta")
+
+
+def _hint(size: int | torch.SymInt) -> int:
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    # torch.fx.experimental.symbolic_shapes is public but experimental: optimization_hint
+    # (newer torch) replaced hint_int (older). tests/test_compile.py's mark_dynamic cases
+    # cover it.
+    try:
+        from torch.fx.experimental.symbolic_shapes import optimization_hint as hint
+    except ImportError:  # pragma: no cover - older torch
+        from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined,no-redef]
+            hint_int as hint,
+        )
+    return int(hint(size))
 
 
 _MODULE_KEYS = frozenset(nn.Module().__dict__)

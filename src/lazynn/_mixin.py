@@ -85,9 +85,17 @@ def _refuse_under_functorch(module: nn.Module) -> None:
 _BUILD_LOCK = threading.RLock()
 
 
-def _pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """The forward pre-hook of an unbuilt module: build it from the call's inputs."""
-    module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
+def _pre_hook(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> None:
+    """The forward pre-hook of an unbuilt module: build it from the call's inputs.
+
+    (``kwargs`` may be missing: when an earlier pre-hook of the same call built the module,
+    for ``lazynn.on_build``, this hook is already removed, and ``nn.Module._call_impl``, which
+    listed it before, calls it as a hook without keyword arguments.)
+    """
+    if is_unbuilt(module):
+        module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
 
 
 def is_unbuilt(module: nn.Module) -> bool:

@@ -8,12 +8,14 @@ to True, contrary to their docs): a lazy layer must compute what its eager class
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from ._declare import Infer, LazyLayer
+from ._callers import tool_fix
+from ._declare import UNKNOWN, Infer, LazyLayer
+from ._errors import UnbuiltError, message, module_path
 
 __all__ = [
     "LazyBatchNorm1d",
@@ -48,6 +50,28 @@ class _LazyNorm(LazyLayer):
             dtype=dtype,
             bias=bias,
         )
+
+    @property
+    def num_features(self) -> Any:
+        """The channels: ``?`` before the build. (A property only while unbuilt, so that
+        ``SyncBatchNorm.convert_sync_batchnorm``, which reads it to construct its layer, gets
+        lazynn's refusal with the fix rather than a TypeError from ``torch.empty``.)"""
+        value = self.__dict__["num_features"]
+        tool = tool_fix() if value is UNKNOWN else None
+        if tool is not None:
+            raise UnbuiltError(
+                message(
+                    module_path(self),
+                    f"a built layer for {tool[0]}",
+                    "an unbuilt layer, whose num_features the first input decides",
+                    tool[1],
+                )
+            )
+        return value
+
+    @num_features.setter
+    def num_features(self, value: Any) -> None:
+        self.__dict__["num_features"] = value
 
 
 class _LazyInstanceNorm(_LazyNorm):

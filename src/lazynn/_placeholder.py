@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ._callers import tool_fix, wrapper_refusal
 from ._errors import UnbuiltError, message
-from ._wrappers import wrapper_refusal
 
 __all__ = [
     "UninitializedBuffer",
@@ -150,12 +150,23 @@ class _Placeholder:
                     "with strict=False",
                 )
             )
+        tool = tool_fix()
+        if tool is not None:
+            return UnbuiltError(
+                message(
+                    self._owner(),
+                    f"a built tensor for {tool[0]} ({what})",
+                    f"an unbuilt {type(self).__name__}, whose shape the first input decides",
+                    tool[1],
+                )
+            )
         return UnbuiltError(
             message(
                 self._owner(),
                 f"a built tensor for {what}",
                 f"an unbuilt {type(self).__name__}, whose shape the first input decides",
-                "build the module first: call the model on an example input (model(x), not "
+                "build the module first: lazynn.build(model, example), or call the model on an "
+                "example input (model(x), not "
                 "model.forward(x), which skips the build) or load a built checkpoint with "
                 "load_state_dict; then do this. Optimizers that need shapes at construction "
                 "(Adagrad) must be created after the build",
@@ -173,6 +184,15 @@ class _Placeholder:
 
     def size(self, dim: int | None = None) -> Any:
         raise self._refuse("Tensor.size()")
+
+    def __hash__(self) -> int:
+        # torch.jit.trace puts each parameter in a set before its own check (whose message
+        # says to run a forward pass): refuse with lazynn's recipe. (Tensor.__hash__ does not
+        # go through __torch_function__.)
+        refusal = wrapper_refusal(self._owner())
+        if refusal is not None:
+            raise refusal
+        return id(self)
 
     def share_memory_(self) -> Any:
         raise self._refuse("Tensor.share_memory_() (module.share_memory())")
