@@ -84,20 +84,18 @@ def test_declared_sizes_equal_to_the_query_fuse_the_projection() -> None:
     assert early[0] is layer.in_proj_weight
 
 
-def test_build_equals_eager_and_meta_build_is_refused_by_materialize_clearly() -> None:
+def test_build_and_meta_build_then_materialize_equal_eager() -> None:
     q, k, v = inputs()
     torch.manual_seed(0)
     eager = nn.MultiheadAttention(8, 2, kdim=6, vdim=7)
-    torch.manual_seed(0)
-    with pytest.warns(UserWarning, match="kdim=6, vdim=7"):
-        model = lazynn.build(Cross(), q, k, v)
-    same(model.attn, eager)
-    with pytest.warns(UserWarning, match="kdim=6, vdim=7"):
-        model = lazynn.build(Cross(), q, k, v, device="meta")
-    assert model.attn.k_proj_weight.is_meta
-    # nn.MultiheadAttention initializes in a private _reset_parameters()
-    with pytest.raises(lazynn.LazynnError, match="'attn' without one"):
-        lazynn.materialize(model, "cpu")
+    for device in (None, "meta"):
+        torch.manual_seed(0)
+        with pytest.warns(UserWarning, match="kdim=6, vdim=7"):
+            model = lazynn.build(Cross(), q, k, v, device=device)
+        if device == "meta":
+            assert model.attn.k_proj_weight.is_meta
+            lazynn.materialize(model, "cpu")
+        same(model.attn, eager)
 
 
 def test_summary_reports_the_separate_projections_and_changes_nothing() -> None:

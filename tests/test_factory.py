@@ -113,10 +113,19 @@ def test_meta_build_and_materialize() -> None:
     lazynn.materialize(model)
     torch.manual_seed(0)
     same(model[0], Plain(6, 2))
-    # Gate has no reset_parameters(): materialize cannot initialize it, and says so.
-    gated = lazynn.build(nn.Sequential(LazyGate()), (3, 6), device="meta")
-    with pytest.raises(lazynn.LazynnError, match=r"'0' without one"):
-        lazynn.materialize(gated)
+    # Gate has no reset_parameters(): a lazy Gate is constructed as Gate(...) constructs,
+    torch.manual_seed(0)
+    gated = lazynn.build(nn.Sequential(LazyGate(scale=2.0)), (3, 6), device="meta")
+    lazynn.materialize(gated)
+    torch.manual_seed(0)
+    same(gated[0], Gate(6, scale=2.0))
+    # but an eager Gate made on meta cannot be initialized, and materialize says so.
+    with torch.device("meta"):
+        eager_on_meta = Gate(6)
+    with pytest.warns(UserWarning, match="'1' initializes outside reset_parameters"):
+        mixed = lazynn.build(nn.Sequential(LazyPlain(out=6), eager_on_meta), (3, 6), device="meta")
+    with pytest.raises(lazynn.LazynnError, match=r"'1' without one"):
+        lazynn.materialize(mixed)
 
 
 def test_a_torch_layer_in_one_line() -> None:

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from ._declare import LazyLayer
+from ._declare import CLASS_KEY, LazyLayer, _new
 from ._errors import InferenceError, LazynnError, message
 from ._mixin import _BUILD_LOCK, _finish, is_unbuilt
 from ._on_build import run_ready
@@ -263,6 +265,7 @@ def _allocate(
         snapshot = Snapshot(model)
         bar = Progress(total, "lazynn.build", enabled=progress)
         pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        births: dict[tuple[Any, str], nn.Module] = {}
         replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
         shared: dict[int, torch.Tensor] = {}
         try:
@@ -272,8 +275,24 @@ def _allocate(
                 for _, module in order:
                     if module in rehearsal.sizes and is_unbuilt(module):
                         assert isinstance(module, LazyLayer)
-                        module._lazynn_build(rehearsal.sizes[module], device=device, dtype=dtype)
+                        sizes = rehearsal.sizes[module]
+                        kin = (module.__dict__.get("_lazynn_birth"), repr(sorted(sizes.items())))
+                        source = births.get(kin)
+                        recipe = _recipe(module, sizes, dtype)
+                        if source is None:
+                            births[kin] = module
+                            module._lazynn_build(sizes, device=device, dtype=dtype)
+                        else:  # a copy of a layer built before: its values, no draws
+                            state = torch.get_rng_state()
+                            module._lazynn_build(sizes, device=device, dtype=dtype)
+                            torch.set_rng_state(state)
                         _finish(module)
+                        if source is not None and on_meta:
+                            _COPY_OF[module] = source  # materialize() copies its values
+                        elif source is not None:
+                            _copy_values(source, module)
+                        elif on_meta:
+                            _REBUILD[module] = recipe
                         bar.advance(sum(t.numel() for t in module.parameters()))
                     elif module in lazy:
                         _retarget(module, device, dtype)
@@ -309,6 +328,39 @@ def _allocate(
             torch.set_rng_state(plan.start)
     for note in [] if quiet else plan.notes:
         warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+
+
+#: Layers build() built on meta -> how to construct them eagerly (class, arguments, dtype), so
+#: that materialize() initializes them exactly as their constructor does (nn.Transformer
+#: initializes after deep-copying its layers: per-module resets cannot reproduce that).
+_REBUILD: weakref.WeakKeyDictionary[nn.Module, tuple[type[nn.Module], dict[str, Any], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Copies of a lazy layer that build() built on meta -> the layer whose values they take.
+_COPY_OF: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
+
+
+def _recipe(
+    layer: LazyLayer, sizes: dict[str, Any], dtype: torch.dtype | None
+) -> tuple[type[nn.Module], dict[str, Any], Any]:
+    """(eager class, constructor arguments, dtype) of ``layer`` built with ``sizes``."""
+    chosen = sizes.get(CLASS_KEY, layer.cls_to_become)
+    arguments = {**layer._lazynn_kwargs, **{k: v for k, v in sizes.items() if k != CLASS_KEY}}
+    return chosen, arguments, dtype if dtype is not None else layer._lazynn_dtype
+
+
+def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
+
+
+def _copy_values(source: nn.Module, target: nn.Module) -> None:
+    """Give ``target`` (a copy of ``source``, built with the same sizes) ``source``'s values."""
+    for (name, a), (other, b) in zip(_named_tensors(source), _named_tensors(target), strict=True):
+        assert name == other, (name, other)
+        b.copy_(a)
 
 
 def _to_meta(module: nn.Module, shared: dict[int, torch.Tensor], only_shared: bool = False) -> None:
@@ -360,6 +412,135 @@ def _meta_tensors(module: nn.Module) -> Iterator[torch.Tensor]:
     return (t for t in _own_tensors(module) if t.is_meta)
 
 
+#: in an init step: the module's initializer runs in a later step (after its submodules)
+_LATER: Any = object()
+
+
+def _initializer(module: nn.Module) -> tuple[Any, bool] | None:
+    """(the function that initializes ``module``'s own tensors, whether it runs after its
+    submodules are initialized), or None."""
+    reset = getattr(module, "reset_parameters", None)
+    if callable(reset):
+        return reset, False
+    private = getattr(module, "_reset_parameters", None)
+    if callable(private) and type(module).__module__.startswith("torch.nn"):
+        # nn.MultiheadAttention and nn.Transformer initialize in a private _reset_parameters
+        # that their constructors call after constructing their submodules (it sets
+        # out_proj.bias; Transformer's redraws every matrix below it). Private torch API:
+        # tests/test_build.py materializes both and compares with eager construction.
+        return private, True
+    return None
+
+
+@dataclass(frozen=True)
+class _Rebuild:
+    """Init step: construct the eager layer on the target and adopt its tensors."""
+
+    recipe: tuple[type[nn.Module], dict[str, Any], Any]
+
+
+@dataclass(frozen=True)
+class _CopyFrom:
+    """Init step: allocate, then take the values of the layer this one is a copy of."""
+
+    source: nn.Module
+
+
+def _layout(module: nn.Module) -> list[tuple[str, str, tuple[int, ...], torch.dtype]]:
+    return [
+        (path, name, tuple(t.shape), t.dtype)
+        for path, m in module.named_modules()
+        for name, t in (*m._parameters.items(), *m._buffers.items())
+        if t is not None
+    ]
+
+
+def _init_steps(model: nn.Module) -> list[tuple[str, nn.Module, Any, bool]]:
+    """(path, module, initializer, allocate its own meta tensors?) in the order an eager
+    construction initializes.
+
+    The initializer is a function (``reset_parameters``), ``_LATER`` (it runs in a later step,
+    after the submodules: see :func:`_initializer`), None (the module has none), or, for a
+    lazy layer built on meta by :func:`build`, ``_Rebuild`` (construct it as eager and adopt
+    its tensors, exact whatever its constructor does) or ``_CopyFrom`` (a copy of a layer
+    built before it, as ``nn.TransformerEncoder`` makes). These two cover the whole subtree;
+    they are used only for a subtree whose tensors are all on meta, not sharded and not tied
+    to tensors outside it.
+    """
+    steps: list[tuple[str, nn.Module, Any, bool]] = []
+    seen: set[int] = set()
+    owners: dict[int, int] = {}
+    for m in model.modules():
+        for t in _own_tensors(m):
+            owners[id(t)] = owners.get(id(t), 0) + 1
+
+    def has_meta(module: nn.Module) -> bool:
+        return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+
+    def whole(module: nn.Module) -> bool:
+        tensors = [t for m in module.modules() for t in _own_tensors(m)]
+        return all(
+            t.is_meta and owners[id(t)] == 1 and type(t).__name__ != "DTensor" for t in tensors
+        )
+
+    def walk(path: str, module: nn.Module) -> None:
+        seen.add(id(module))
+        if module in _COPY_OF and whole(module):
+            seen.update(id(m) for m in module.modules())
+            steps.append((path, module, _CopyFrom(_COPY_OF[module]), False))
+            return
+        recipe = _REBUILD.get(module)
+        if recipe is not None and whole(module):
+            cls, kwargs, dtype = recipe
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                shadow = _new(cls, kwargs, "meta", dtype)
+            if _layout(shadow) == _layout(module):
+                seen.update(id(m) for m in module.modules())
+                steps.append((path, module, _Rebuild(recipe), False))
+                return
+        own = any(True for _ in _meta_tensors(module))
+        found = _initializer(module)
+        after = found is not None and found[1] and has_meta(module)
+        if own:
+            init = None if found is None else (_LATER if found[1] else found[0])
+            steps.append((path, module, init, True))
+        for name, child in module._modules.items():
+            if child is not None and id(child) not in seen:
+                walk(f"{path}.{name}" if path else name, child)
+        if after and found is not None:
+            steps.append((path, module, found[0], False))
+
+    walk("", model)
+    return steps
+
+
+def _adopt(module: nn.Module, eager: nn.Module, allocated: dict[int, torch.Tensor]) -> None:
+    """Put ``eager``'s tensors in place of ``module``'s meta ones (same layout)."""
+    theirs = dict(eager.named_modules())
+    for path, m in module.named_modules():
+        for store, other in (
+            (m._parameters, theirs[path]._parameters),
+            (m._buffers, theirs[path]._buffers),
+        ):
+            for name, tensor in store.items():
+                if tensor is None:
+                    continue
+                new = other[name]
+                assert new is not None
+                if isinstance(new, nn.Parameter):
+                    new.requires_grad_(tensor.requires_grad)
+                allocated[id(tensor)] = new
+                store[name] = new  # type: ignore[assignment]
+
+
+def _allocate_tree(
+    module: nn.Module, device: torch.device, allocated: dict[int, torch.Tensor]
+) -> None:
+    for m in module.modules():
+        _allocate_own(m, device, allocated)
+
+
 def materialize(
     model: M, device: torch.device | str | None = None, progress: bool | None = None
 ) -> M:
@@ -367,8 +548,9 @@ def materialize(
 
     Each module with meta tensors gets real, uninitialized memory for its own tensors
     (``to_empty``) and is initialized by its ``reset_parameters()``, in construction order, so
-    the values equal an eager model's under the same seed. Works on a model sharded by FSDP2
-    after the meta build: each rank allocates its own shards.
+    the values equal an eager model's under the same seed. (``nn.MultiheadAttention`` and
+    ``nn.Transformer`` initialize as their constructors do: after their submodules.) Works on
+    a model sharded by FSDP2 after the meta build: each rank allocates its own shards.
 
     Args:
         model: built on meta (or partly on meta).
@@ -397,8 +579,8 @@ def materialize(
                 "build it first: lazynn.build(model, example, device='meta')",
             )
         )
-    todo = [(p, m) for p, m in model.named_modules() if any(True for _ in _meta_tensors(m))]
-    blind = [p for p, m in todo if not callable(getattr(m, "reset_parameters", None))]
+    steps = _init_steps(model)
+    blind = [p for p, m, init, _ in steps if init is None]  # (no initializer)
     if blind:
         raise LazynnError(
             message(
@@ -409,22 +591,46 @@ def materialize(
                 "parameters and buffers (as torch.nn layers have)",
             )
         )
-    total = sum(t.numel() for _, m in todo for t in _meta_tensors(m))
+    total = sum(
+        t.numel()
+        for _, m, init, alloc in steps
+        if alloc or isinstance(init, (_Rebuild, _CopyFrom))
+        for sub in (m.modules() if not alloc else [m])
+        for t in _meta_tensors(sub)
+    )
     with _BUILD_LOCK:
         snapshot = Snapshot(model)
         bar = Progress(total, "lazynn.materialize", enabled=progress)
         try:
             allocated: dict[int, torch.Tensor] = {}
+            kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
             with torch.no_grad():
-                for path, module in todo:
-                    count = sum(t.numel() for t in _meta_tensors(module))
-                    keep = _allocate_own(module, target, allocated)
-                    saved = [(t, t.detach().clone()) for t in keep]
-                    with init_mode(module, path):  # sharded (FSDP2): as if unsharded
-                        module.reset_parameters()  # type: ignore[operator]
-                    for tensor, value in saved:  # a tied tensor keeps its first owner's values
-                        tensor.copy_(value)
-                    bar.advance(count)
+                for path, module, init, alloc in steps:
+                    if isinstance(init, _Rebuild):
+                        cls, kwargs, dtype = init.recipe
+                        count = sum(t.numel() for m in module.modules() for t in _meta_tensors(m))
+                        with warnings.catch_warnings():  # it warned at its construction
+                            warnings.simplefilter("ignore")
+                            eager = _new(cls, kwargs, target, dtype)
+                        _adopt(module, eager, allocated)
+                        bar.advance(count)
+                        continue
+                    if isinstance(init, _CopyFrom):
+                        count = sum(t.numel() for m in module.modules() for t in _meta_tensors(m))
+                        _allocate_tree(module, target, allocated)
+                        _copy_values(init.source, module)
+                        bar.advance(count)
+                        continue
+                    if alloc:
+                        count = sum(t.numel() for t in _meta_tensors(module))
+                        keep = _allocate_own(module, target, allocated)
+                        kept[id(module)] = [(t, t.detach().clone()) for t in keep]
+                        bar.advance(count)
+                    if init is not None and init is not _LATER:
+                        with init_mode(module, path):  # sharded (FSDP2): as if unsharded
+                            init()
+                        for tensor, value in kept.pop(id(module), []):
+                            tensor.copy_(value)  # a tied tensor keeps its first owner's values
             run_ready(model)  # work queued with lazynn.on_build
         except BaseException:
             snapshot.restore()

@@ -19,6 +19,7 @@ is overridden here, and tests/test_torch_internals.py checks that this stays so.
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -104,6 +105,7 @@ def is_unbuilt(module: nn.Module) -> bool:
 
 
 _LAST_RNG_STATE: torch.Tensor | None = None
+_BIRTHS = itertools.count()
 
 
 def _record_construction(module: nn.Module) -> None:
@@ -118,6 +120,9 @@ def _record_construction(module: nn.Module) -> None:
     if _LAST_RNG_STATE is None or not torch.equal(state, _LAST_RNG_STATE):
         _LAST_RNG_STATE = state
     module._lazynn_rng = _LAST_RNG_STATE
+    # Copies (copy.deepcopy, as nn.TransformerEncoder makes of its layer) keep this number:
+    # build() gives copies built together the values of the first, as eager copies have.
+    module.__dict__["_lazynn_birth"] = next(_BIRTHS)
 
 
 def _attach(module: nn.Module) -> None:

@@ -160,7 +160,7 @@ def init_mode(module: torch.nn.Module, where: str) -> Any:
     """A :class:`ShardedInit` if ``module`` holds DTensors, else a context that does nothing."""
     import contextlib
 
-    tensors = (*module._parameters.values(), *module._buffers.values())
-    if not any(type(t).__name__ == "DTensor" for t in tensors if t is not None):
+    tensors = (*module.parameters(), *module.buffers())  # (an initializer may reach below)
+    if not any(type(t).__name__ == "DTensor" for t in tensors):
         return contextlib.nullcontext()
     return ShardedInit(where)
