@@ -278,3 +278,17 @@ def test_averaged_model() -> None:
     (ema,) = holder
     ema.update_parameters(fresh)
     same(ema.module, fresh)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_quantization_of_an_unbuilt_model_is_refused_not_skipped(inplace: bool) -> None:
+    model = Net(lazy=True)
+    before = list(model.named_parameters())
+    with pytest.raises(lazynn.UnbuiltError, match=r"quantization.*lazynn\.build\(model"):
+        torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, inplace=inplace)
+    unchanged(model, before)
+    lazynn.build(model, X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch deprecates quantized dtypes
+        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, inplace=inplace)
+    assert type(quantized.fc1).__module__.startswith("torch.ao.nn.quantized.dynamic")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,3 +31,19 @@ def test_digits_example_learns(capsys: pytest.CaptureFixture[str]) -> None:
     assert "LazyConv2d(?, 16" in out
     assert "Conv2d(1, 16" in out
     assert "every layer is plain torch.nn: True" in out
+
+
+def test_fsdp_example_shards_and_equals_eager() -> None:
+    """docs/when-to-build.md's FSDP2 recipe, run as the docs say: 2 processes, gloo."""
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "fsdp.py")], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2, run.stdout
+    for rank, line in enumerate(lines):
+        # each rank holds half of the parameters, and the gathered shards equal the eager twin
+        assert line.startswith(f"rank {rank}: allocated 261 KiB of 522 KiB"), line
+        assert "equals the eager twin: True" in line, line
+        losses = [float(v) for v in line.split("losses ")[1].split(", ")]
+        assert losses[-1] < losses[0]

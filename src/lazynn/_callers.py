@@ -182,6 +182,13 @@ _TOOLS = (
         "lazynn.on_build(model, lambda m: ...) to create it then",
     ),
     (
+        os.path.join("torch", "ao", "quantization"),
+        "",
+        "quantization",
+        "build the model first: lazynn.build(model, example), then quantize it (an unbuilt "
+        "lazy layer is not of the exact class quantize_dynamic swaps, so it would be skipped)",
+    ),
+    (
         os.path.join("torch", "export"),
         "",
         "torch.export",

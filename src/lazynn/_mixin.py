@@ -170,6 +170,33 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         _attach(self)  # type: ignore[arg-type]
         _record_construction(self)  # type: ignore[arg-type]
 
+    # --- quantization ------------------------------------------------------------------------
+    @property
+    def qconfig(self) -> Any:
+        """As the attribute torch's quantization sets; read by quantization on an unbuilt
+        module, refused: ``quantize_dynamic`` would skip it silently (an unbuilt layer is not
+        of the exact class it swaps)."""
+        from ._callers import tool_fix
+
+        found = tool_fix()
+        if found is not None and found[0] == "quantization":
+            raise UnbuiltError(
+                message(
+                    module_path(self),  # type: ignore[arg-type]
+                    "a built model for quantization",
+                    "an unbuilt lazy layer",
+                    found[1],
+                )
+            )
+        try:
+            return self.__dict__["qconfig"]
+        except KeyError:
+            raise AttributeError("qconfig") from None
+
+    @qconfig.setter
+    def qconfig(self, value: Any) -> None:
+        self.__dict__["qconfig"] = value
+
     # --- the protocol ----------------------------------------------------------------------
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
         """Materialize every placeholder from the example inputs (a subclass defines it)."""
