@@ -75,10 +75,16 @@ def draw_slice(
     bounds.append(total)
     flat = out.view(-1)
     stop = start + flat.numel()
+    scratch: torch.Tensor | None = None  # one buffer for the chunks not wholly this slice's
     for lo, hi in itertools.pairwise(bounds):
-        buffer = torch.empty(hi - lo, dtype=out.dtype, device=out.device)
-        fill(buffer, *args, **kwargs)
         a, b = max(lo, start), min(hi, stop)
+        if a == lo and b == hi:  # wholly inside the slice: draw in place (a contiguous view)
+            fill(flat[lo - start : hi - start], *args, **kwargs)
+            continue
+        if scratch is None or scratch.numel() < hi - lo:
+            scratch = torch.empty(max(chunk, hi - lo), dtype=out.dtype, device=out.device)
+        buffer = scratch[: hi - lo]
+        fill(buffer, *args, **kwargs)
         if a < b:
             flat[a - start : b - start].copy_(buffer[a - lo : b - lo])
 
