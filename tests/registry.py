@@ -2,11 +2,20 @@
 
 Adding a layer to lazynn is adding a row here: the lazy class, its eager class, the
 constructor argument it infers, a hypothesis strategy of the other constructor arguments,
-and how to make a valid input for given arguments and inferred size.
+and how to make a valid input for given arguments and inferred size. A layer with more
+inputs or a tuple output says how to call it (``args``: the other inputs derived from the
+row's input; ``out``: the output as one tensor); tests call every module, lazy or eager,
+through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``. A
+rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
+rank selects.
+
+A registry-driven guarantee that fails today for a row is listed in KNOWN_BUGS (a strict
+expected failure, see conftest.py).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +29,19 @@ import lazynn
 Options = dict[str, Any]
 
 
+def _alone(module: nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
+    return (x,)
+
+
+def _same(output: Any) -> torch.Tensor:
+    return output  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class Row:
     lazy: type[nn.Module]
     eager: type[nn.Module]
+    #: the constructor argument the tests vary ('' for a layer that infers none)
     inferred: str
     #: constructor arguments other than the inferred one
     options: st.SearchStrategy[Options]
@@ -42,16 +60,62 @@ class Row:
     #: options -> the number every valid size is a multiple of (``groups``, ``num_groups``,
     #: ``nhead``), for tests that pick a size of their own
     step: Callable[[Options], int] = lambda o: int(o.get("groups", 1))
+    #: (module, input) -> the forward's positional arguments, the input first; the others
+    #: (key and value, target, second input...) derived from it deterministically.
+    #: Default: the input alone
+    args: Callable[[nn.Module, torch.Tensor], tuple[Any, ...]] = _alone
+    #: the forward's output -> one tensor (a tuple's floating tensors joined). Default: as is
+    out: Callable[[Any], torch.Tensor] = _same
+    #: (options, inferred size) -> the eager constructor's inferred arguments, for a layer
+    #: that infers more than one (Bilinear). Default: ``{inferred: size}`` (``{}`` for a
+    #: layer that infers none: the rank-agnostic pools and Dropout)
+    eager_sizes: Callable[[Options, int], dict[str, Any]] | None = None
+    #: the test id, for a lazy class with several rows (a rank-agnostic one: "Conv-2d").
+    #: Default: the lazy class's name
+    name: str | None = None
+    #: whether a built checkpoint builds an unbuilt layer (a rank-agnostic norm's tensors
+    #: look the same in every rank: its checkpoint cannot tell which class to become)
+    checkpoint_builds: bool = True
 
     @property
     def id(self) -> str:
-        return self.lazy.__name__
+        return self.name or self.lazy.__name__
+
+    @property
+    def sized(self) -> bool:
+        """Whether the layer infers a size (the rank-agnostic pools and Dropout infer only
+        their class)."""
+        return bool(self.inferred)
+
+    @property
+    def agnostic(self) -> bool:
+        """Whether the lazy class is rank-agnostic (its input's rank picks the eager class)."""
+        return hasattr(self.lazy, "by_rank")
 
     def size(self, module: nn.Module) -> Any:
         """The module's inferred size: an int once built, ``lazynn.UNKNOWN`` before."""
         if self.size_of is not None:
             return self.size_of(module)
         return getattr(module, self.inferred)
+
+    def eager_kwargs(self, options: Options, size: int) -> dict[str, Any]:
+        """The eager constructor's inferred arguments for ``size``."""
+        if self.eager_sizes is not None:
+            return self.eager_sizes(options, size)
+        return {self.inferred: size} if self.inferred else {}
+
+    @property
+    def inferred_args(self) -> tuple[str, ...]:
+        """The names of every constructor argument the layer infers."""
+        return tuple(self.eager_kwargs(self.simple, self.simple_size))
+
+    def new_eager(self, options: Options, size: int, **extra: Any) -> nn.Module:
+        """The eager twin: the eager class with the inferred arguments for ``size``."""
+        return self.eager(**self.eager_kwargs(options, size), **options, **extra)
+
+    def call(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """Run ``module`` (lazy or eager) on the row's input: one tensor out."""
+        return self.out(module(*self.args(module, x)))
 
     def input(self, options: Options, size: int, batched: bool = True) -> torch.Tensor:
         return torch.randn(self.shape(options, size, batched))
@@ -232,13 +296,274 @@ ROWS += [
         size_of=_transformer_size, step=lambda o: int(o["nhead"])),
 ]
 
+
+
+# --- layers with several inputs or a tuple output ---------------------------------------------
+
+
+def _leaves(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if value is None:
+        return []
+    return [t for v in value for t in _leaves(v)]
+
+
+def _joined(output: Any) -> torch.Tensor:
+    """A tuple output (``(out, (h, c))``, ``(out, weights)``, a named tuple) as one tensor:
+    its floating tensors flattened and concatenated (a max pool's indices left out)."""
+    return torch.cat([t.flatten() for t in _leaves(output) if t.is_floating_point()])
+
+
+def _resized(x: torch.Tensor, size: Any) -> torch.Tensor:
+    """``x`` with its last dimension made ``size`` (repeated, then cut), for a declared
+    ``kdim`` / ``vdim``; ``x`` itself when ``size`` is not a declared int or is x's."""
+    if not isinstance(size, int) or x.dim() == 0 or x.shape[-1] in (0, size):
+        return x
+    repeats = -(-size // x.shape[-1])
+    return torch.cat([x] * repeats, dim=-1)[..., :size]
+
+
+def _attention_args(m: nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
+    """Self-attention: query x; key and value from x (of the declared kdim / vdim, if any)."""
+    return x, _resized(x, m.kdim), _resized(x.cos(), m.vdim)
+
+
+def _targets(x: torch.Tensor, classes: int, trailing: tuple[int, ...] = ()) -> torch.Tensor:
+    """Class indices spread over ``[0, classes)`` (head and tail clusters alike): one per row
+    of a batched (2-d) input, one for an unbatched one."""
+    shape = ((x.shape[0],) if x.dim() >= 2 else ()) + tuple(trailing)
+    count = math.prod(shape)
+    spread = torch.arange(count, device=x.device) * (classes - 1) // max(count - 1, 1)
+    return spread.reshape(shape)
+
+
+def _second_input(x: torch.Tensor) -> torch.Tensor:
+    """Bilinear's second input: x and one more feature (so in2_features = in1_features + 1)."""
+    return torch.cat([x, x[..., :1].cos()], dim=-1) if x.dim() else x
+
+
+@st.composite
+def _recurrent_options(draw: st.DrawFn, nonlinearity: bool, proj: bool) -> Options:
+    hidden = draw(st.integers(1, 4))
+    layers = draw(st.integers(1, 2))
+    options: Options = {
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "bias": draw(st.booleans()),
+        "batch_first": draw(st.booleans()),
+        "bidirectional": draw(st.booleans()),
+        # dropout acts between layers (torch warns about it with one layer); the twins draw
+        # the same masks after the same initialization
+        "dropout": draw(st.sampled_from([0.0, 0.5])) if layers > 1 else 0.0,
+    }
+    if nonlinearity:
+        options["nonlinearity"] = draw(st.sampled_from(["tanh", "relu"]))
+    if proj:
+        options["proj_size"] = draw(st.integers(0, hidden - 1))
+    return options
+
+
+@st.composite
+def _adaptive_options(draw: st.DrawFn) -> Options:
+    classes = draw(st.integers(6, 10))
+    # two cutoffs: three clusters, the last with in_features // div_value**2 features
+    cutoffs = sorted(draw(st.sets(st.integers(1, classes - 1), min_size=2, max_size=2)))
+    return {
+        "n_classes": classes,
+        "cutoffs": cutoffs,
+        "div_value": draw(st.sampled_from([2.0, 4.0])),
+        "head_bias": draw(st.booleans()),
+    }
+
+
+def _adaptive_sizes(o: Options) -> st.SearchStrategy[int]:
+    # each tail cluster needs at least one feature (torch warns about an empty projection)
+    least = int(o["div_value"] ** len(o["cutoffs"]))
+    return st.integers(least, least + 3)
+
+
+def _rows_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
+    # a K-dimensional loss (LinearCrossEntropyLoss's out_features) takes batched inputs only
+    return (6, c) if batched or o.get("out_features") else (c,)
+
+
+ROWS += [
+    Row(lazynn.LazyRNN, nn.RNN, "input_size", _recurrent_options(True, False),
+        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazynn.LazyLSTM, nn.LSTM, "input_size", _recurrent_options(False, True),
+        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazynn.LazyGRU, nn.GRU, "input_size", _recurrent_options(False, False),
+        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazynn.LazyLSTMCell, nn.LSTMCell, "input_size",
+        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
+        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3), out=_joined),
+    # simple: num_heads=1 and dropout=0.0, as the TransformerEncoderLayer row
+    Row(lazynn.LazyMultiheadAttention, nn.MultiheadAttention, "embed_dim",
+        st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
+                               "dropout": st.sampled_from([0.0, 0.1]),
+                               "bias": st.booleans(), "add_bias_kv": st.booleans(),
+                               "add_zero_attn": st.booleans(),
+                               "batch_first": st.booleans()}),
+        _sequence_shape, lambda o: _multiples(o, o["num_heads"]), {"num_heads": 1},
+        wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]), args=_attention_args,
+        out=_joined),
+    # nn.Transformer warns (its encoder's nested-tensor fast path is off) unless batch_first,
+    # not norm_first and an even nhead: the options stay within those
+    Row(lazynn.LazyTransformer, nn.Transformer, "d_model",
+        st.fixed_dictionaries({"nhead": st.sampled_from([2, 4]),
+                               "num_encoder_layers": st.integers(1, 2),
+                               "num_decoder_layers": st.integers(1, 2),
+                               "dim_feedforward": st.integers(2, 8),
+                               "dropout": st.sampled_from([0.0, 0.1]),
+                               "activation": st.sampled_from(["relu", "gelu"]),
+                               "batch_first": st.just(True)}),
+        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
+        {"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 8,
+         "dropout": 0.0, "batch_first": True},
+        wrong_ranks=(1, 4), step=lambda o: int(o["nhead"]),
+        args=lambda m, x: (x, x.tanh())),
+    Row(lazynn.LazyTransformerDecoderLayer, nn.TransformerDecoderLayer, "d_model",
+        st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
+                               "dim_feedforward": st.integers(2, 8),
+                               "dropout": st.sampled_from([0.0, 0.1]),
+                               "activation": st.sampled_from(["relu", "gelu"]),
+                               "batch_first": st.booleans(), "norm_first": st.booleans(),
+                               "bias": st.booleans()}),
+        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
+        {"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
+        size_of=_transformer_size, step=lambda o: int(o["nhead"]),
+        args=lambda m, x: (x, x.cos())),
+    Row(lazynn.LazyBilinear, nn.Bilinear, "in1_features", _linear_options(), _linear_shape,
+        _any_size, {"out_features": 3}, wrong_ranks=(0,),
+        args=lambda m, x: (x, _second_input(x)),
+        eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1}),
+    Row(lazynn.LazyAdaptiveLogSoftmaxWithLoss, nn.AdaptiveLogSoftmaxWithLoss, "in_features",
+        _adaptive_options(), _rows_shape, _adaptive_sizes,
+        {"n_classes": 8, "cutoffs": [4], "div_value": 2.0}, wrong_ranks=(0, 3),
+        args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined),
+    Row(lazynn.LazyLinearCrossEntropyLoss, nn.LinearCrossEntropyLoss, "in_features",
+        st.fixed_dictionaries({"num_classes": st.integers(2, 6), "bias": st.booleans(),
+                               "out_features": st.sampled_from([(), (2,)]),
+                               "reduction": st.sampled_from(["mean", "sum", "none"]),
+                               "label_smoothing": st.sampled_from([0.0, 0.1])}),
+        _rows_shape, _any_size, {"num_classes": 5}, wrong_ranks=(0, 3),
+        size_of=lambda m: m.linear.in_features,
+        args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features))),
+]
+
+
+# --- rank-agnostic layers: a row per rank (the class the input's rank selects) ----------------
+
+
+@st.composite
+def _max_pool_options(draw: st.DrawFn) -> Options:
+    kernel = draw(st.integers(1, 3))
+    return {
+        "kernel_size": kernel,
+        "stride": draw(st.sampled_from([None, 1, 2])),
+        "padding": draw(st.integers(0, kernel // 2)),
+        "dilation": draw(st.integers(1, 2)),
+        "return_indices": draw(st.booleans()),
+        "ceil_mode": draw(st.booleans()),
+    }
+
+
+@st.composite
+def _avg_pool_options(draw: st.DrawFn) -> Options:
+    kernel = draw(st.integers(1, 3))
+    return {
+        "kernel_size": kernel,
+        "stride": draw(st.sampled_from([None, 1, 2])),
+        "padding": draw(st.integers(0, kernel // 2)),
+        "ceil_mode": draw(st.booleans()),
+        "count_include_pad": draw(st.booleans()),
+    }
+
+
+def _agnostic(lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
+              options: st.SearchStrategy[Options], shape: Callable[..., tuple[int, ...]],
+              sizes: Callable[[Options], st.SearchStrategy[int]], simple: Options,
+              suffix: str = "", **more: Any) -> Row:
+    """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims):
+    batched only; wrong ranks: 1 (no class takes it) and 6 (none takes it either)."""
+    return Row(lazy, eager, inferred, options, shape, sizes, simple, wrong_ranks=(1, 6),
+               name=f"{lazy.__name__}-{rank}d{suffix}", **more)
+
+
+_OUTPUT_SIZE = st.fixed_dictionaries({"output_size": st.integers(1, 3)})
+for _rank, _eagers in enumerate(
+    zip(lazynn.Conv.by_rank.values(), lazynn.ConvTranspose.by_rank.values(),
+        list(lazynn.BatchNorm.by_rank.values())[1:], lazynn.InstanceNorm.by_rank.values(),
+        lazynn.MaxPool.by_rank.values(), lazynn.AvgPool.by_rank.values(),
+        lazynn.AdaptiveAvgPool.by_rank.values(), lazynn.AdaptiveMaxPool.by_rank.values(),
+        lazynn.Dropout.by_rank.values(), strict=True),
+    start=1,
+):
+    _conv, _conv_t, _bn, _in, _max, _avg, _aavg, _amax, _drop = _eagers
+    _norm = {"affine": True, "track_running_stats": True}
+    _pool_shape = _conv_shape(_rank)
+    ROWS += [
+        _agnostic(lazynn.Conv, _conv, _rank, "in_channels", _conv_options(False),
+                  _conv_shape(_rank), _groups_sizes, {"out_channels": 4, "kernel_size": 3}),
+        _agnostic(lazynn.ConvTranspose, _conv_t, _rank, "in_channels", _conv_options(True),
+                  _conv_shape(_rank), _groups_sizes, {"out_channels": 4, "kernel_size": 3}),
+        _agnostic(lazynn.BatchNorm, _bn, _rank, "num_features", _norm_options(True),
+                  _norm_shape(_rank + 2, False), _any_size, _norm, checkpoint_builds=False),
+        _agnostic(lazynn.InstanceNorm, _in, _rank, "num_features", _norm_options(False),
+                  _norm_shape(_rank + 2, False), _any_size, _norm, checkpoint_builds=False),
+        _agnostic(lazynn.MaxPool, _max, _rank, "", _max_pool_options(), _pool_shape,
+                  _any_size, {"kernel_size": 2}, out=_joined),
+        _agnostic(lazynn.AvgPool, _avg, _rank, "", _avg_pool_options(), _pool_shape,
+                  _any_size, {"kernel_size": 2}),
+        _agnostic(lazynn.AdaptiveAvgPool, _aavg, _rank, "", _OUTPUT_SIZE, _pool_shape,
+                  _any_size, {"output_size": 2}),
+        _agnostic(lazynn.AdaptiveMaxPool, _amax, _rank, "",
+                  st.fixed_dictionaries({"output_size": st.integers(1, 3),
+                                         "return_indices": st.booleans()}),
+                  _pool_shape, _any_size, {"output_size": 2}, out=_joined),
+        # simple: p=0.0, so that separately called twins agree (the hypothesis options draw
+        # p=0.5 too, where both draw the same mask)
+        _agnostic(lazynn.Dropout, _drop, _rank, "",
+                  st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
+                  _pool_shape, _any_size, {"p": 0.0}),
+    ]
+# BatchNorm1d takes (N, C) too
+ROWS.append(_agnostic(lazynn.BatchNorm, nn.BatchNorm1d, 1, "num_features", _norm_options(True),
+                      _norm_shape(2, False), _any_size,
+                      {"affine": True, "track_running_stats": True}, suffix="-NC",
+                      checkpoint_builds=False))
+
 #: rows whose layers accept an unbatched input
 UNBATCHED = {
     r.lazy
     for r in ROWS
-    if r.lazy.__name__.startswith(("LazyConv", "LazyInstance", "LazyRNNCell", "LazyGRUCell",
-                                   "LazyTransformer", "LazyLayerNorm", "LazyRMSNorm"))
+    if r.lazy.__name__.startswith(("LazyConv", "LazyInstance", "LazyRNN", "LazyGRU",
+                                   "LazyLSTM", "LazyTransformer", "LazyLayerNorm",
+                                   "LazyRMSNorm", "LazyMultiheadAttention", "LazyBilinear",
+                                   "LazyAdaptiveLogSoftmaxWithLoss",
+                                   "LazyLinearCrossEntropyLoss"))
 }
+
+
+def _tensors(row: Row) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    layer = row.lazy(**row.simple)
+    return list(layer.parameters()), list(layer.buffers())
+
+
+def has_parameters(row: Row) -> bool:
+    """Whether the layer (with the row's simple options) has parameters."""
+    return bool(_tensors(row)[0])
+
+
+def has_tensors(row: Row) -> bool:
+    """Whether the layer (with the row's simple options) has parameters or buffers."""
+    return any(_tensors(row))
+
+
+#: rows whose layers have parameters / parameters or buffers, for the tests about them
+PARAMETER_ROWS = [r for r in ROWS if has_parameters(r)]
+TENSOR_ROWS = [r for r in ROWS if has_tensors(r)]
 
 
 def build_pair(row: Row, options: Options, size: int, seed: int = 0,
@@ -247,8 +572,96 @@ def build_pair(row: Row, options: Options, size: int, seed: int = 0,
     x = row.input(options, size, batched)
     torch.manual_seed(seed)
     lazy = row.lazy(**options)
-    lazy(x)
+    row.call(lazy, x)
     torch.manual_seed(seed)
-    eager = row.eager(**{row.inferred: size}, **options)
-    eager(x)
+    eager = row.new_eager(options, size)
+    row.call(eager, x)
     return lazy, eager, x
+
+
+#: (test function, row id) -> why that registry-driven guarantee fails today for that row:
+#: conftest.py marks each pair as a strict expected failure (a fix makes it pass, and the
+#: suite then asks for the entry to go)
+KNOWN_BUGS: dict[tuple[str, str], str] = {
+    **{
+        ("test_contradicting_checkpoint_is_refused", f"{name}-{rank}d"): (
+            "BUG: a refused checkpoint leaves a rank-agnostic layer's cls_to_become set to "
+            "the class the checkpoint's rank chose (_RankAgnostic._lazynn_build_from_state "
+            "sets it before the shapes are checked, and does not restore it)"
+        )
+        for name in ("Conv", "ConvTranspose")
+        for rank in (2, 3)
+    },
+    **{
+        ("test_initialize_parameters_again_after_the_build", r.id): (
+            "BUG: a bound initialize_parameters kept from before the build raises TypeError "
+            "('super(type, obj): obj must be an instance or subtype of type') on a built "
+            "rank-agnostic layer, not AttributeError as every other layer: "
+            "_RankAgnostic.initialize_parameters calls super() on an instance that is no "
+            "longer a _RankAgnostic"
+        )
+        for r in ROWS
+        if r.agnostic
+    },
+    **{
+        (test, f"AvgPool-{rank}d{setting}"): (
+            "BUG: lazynn.AvgPool takes no divisor_override, which nn.AvgPool2d and "
+            "nn.AvgPool3d take (nn.AvgPool1d has none): it could take it and refuse it for "
+            "a rank-3 input (_agnostic.AvgPool.__init__)"
+        )
+        for rank in (2, 3)
+        for test, setting in (
+            ("test_signature_is_the_eager_one_without_the_inferred_argument", ""),
+            ("test_every_option_is_accepted", "-divisor_override-0"),
+        )
+    },
+    **{
+        ("test_every_option_is_accepted", f"LazyTransformer-custom_{part}-0"): (
+            f"BUG: LazyTransformer(custom_{part}=m) fails at construction "
+            "(UnbuiltError from nn.Transformer._reset_parameters) after replacing the "
+            "parameters of the user's module m by placeholders: _lazynn_setup lays out "
+            "every submodule, the user's too, and _lazynn_hide_probes constructs again "
+            "with m"
+        )
+        for part in ("encoder", "decoder")
+    },
+    ("test_every_option_is_accepted", "LazyLinearCrossEntropyLoss-weight-0"): (
+        "BUG: LazyLinearCrossEntropyLoss(n, weight=w) never builds: the check on meta "
+        "constructs the layer on meta with the user's CPU tensor w as its class weights, "
+        "and the meta forward refuses it ('Tensor on device cpu is not on the expected "
+        "device meta'); tensor arguments should go to meta for that check "
+        "(LazyLayer._lazynn_validate / _new)"
+    ),
+    **{
+        ("test_transposed_padding_mode_refused_alike", f"ConvTranspose-{rank}d"): (
+            "BUG (message): lazynn.ConvTranspose(..., padding_mode='reflect') says 'Only "
+            "\"zeros\" padding mode is supported for ConvTranspose1d', naming the class "
+            "of its meta layout, not the one the user constructed (ConvTranspose), as the "
+            "other lazy layers do"
+        )
+        for rank in (1, 2, 3)
+    },
+    **{
+        ("test_dynamo_is_lazy_module", r.id): (
+            "BUG: dynamo reads a lazy module's cls_to_become before building it "
+            "(NNModuleVariable.call_function: module_type = mod.cls_to_become, then "
+            "initialize_lazy_module); a rank-agnostic layer's is its lowest-rank class until "
+            "its first input, so torch.compile of an unbuilt nn.Sequential(lazynn.MaxPool(2)) "
+            "on a 4-d input traces MaxPool1d.forward and fails (_RankAgnostic._agnostic_setup)"
+        )
+        for r in ROWS
+        if r.agnostic and r.eager is not next(iter(r.lazy.by_rank.values()))  # type: ignore[attr-defined]
+    },
+    ("test_each_lazy_layer", "LazyAdaptiveLogSoftmaxWithLoss"): (
+        "BUG (or limitation): lazynn.summary / lazynn.build cannot rehearse "
+        "LazyAdaptiveLogSoftmaxWithLoss: its forward calls torch.nonzero, which meta tensors "
+        "cannot run (InferenceError 'expected inputs it can take (the build ran the model on "
+        "meta tensors)'); a real first call builds it"
+    ),
+    ("test_repr_shows_unknown_sizes_honestly", "LazyAdaptiveLogSoftmaxWithLoss"): (
+        "BUG: an unbuilt LazyAdaptiveLogSoftmaxWithLoss shows a tail size it does not know "
+        "as 0 (Linear(in_features=?, out_features=0) then Linear(in_features=0, ...)) for "
+        "in_features // div_value**k: _lazynn_hide_probes lays out with the probe 1 and its "
+        "double 2, whose floor divisions agree (1 // 4 == 2 // 4 == 0)"
+    ),
+}

@@ -29,6 +29,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -36,7 +37,7 @@ from torch import nn
 
 import lazynn
 from lazynn._mixin import is_unbuilt
-from registry import ROWS, Row
+from registry import PARAMETER_ROWS, ROWS, TENSOR_ROWS, Row
 
 TESTS = Path(__file__).resolve().parent
 
@@ -94,7 +95,7 @@ def assert_equals_eager(lazy: nn.Module, eager: nn.Module) -> None:
 
 def eager_twin(row: Row, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
-    return row.eager(**{row.inferred: row.simple_size}, **row.simple)
+    return row.new_eager(row.simple, row.simple_size)
 
 
 # --- 1. a forward that fails after the build is rolled back -----------------------------------
@@ -268,15 +269,17 @@ def test_nested_model_forward_failure() -> None:
 # --- 3. an input on another device -----------------------------------------------------------
 
 
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
 @pytest.mark.parametrize(("layer_device", "input_device"), [("cpu", "meta"), ("meta", "cpu")])
 def test_input_on_another_device_is_refused_before_the_build(
     row: Row, layer_device: str, input_device: str
 ) -> None:
+    """(A layer without tensors has no device of its own: the pools and Dropout.)"""
     x = row.example().to(input_device)
     layer = row.lazy(**row.simple, device=layer_device)
     before = Before(layer)
     with pytest.raises(lazynn.InferenceError) as caught:
-        layer(x)
+        row.call(layer, x)
     text = str(caught.value)
     assert text.startswith(row.lazy.__name__)
     assert f"an input on {layer_device} (the layer's device)" in text
@@ -311,9 +314,9 @@ _FUNC_CHILD = textwrap.dedent(
         placeholders = [*layer.parameters(), *layer.buffers()]
         rng = torch.get_rng_state()
         if kind == "grad":
-            call = lambda: torch.func.grad(lambda x: layer(x).sum())(x)
+            call = lambda: torch.func.grad(lambda x: row.call(layer, x).sum())(x)
         else:
-            call = lambda: torch.func.vmap(layer)(x)
+            call = lambda: torch.func.vmap(lambda x: row.call(layer, x))(x)
         try:
             call()
         except lazynn.InferenceError as error:
@@ -331,20 +334,37 @@ _FUNC_CHILD = textwrap.dedent(
         assert torch.equal(torch.get_rng_state(), rng), row.id
         # A plain call then builds it, as the eager twin under the same seed.
         torch.manual_seed(0)
-        layer(x)
+        row.call(layer, x)
         torch.manual_seed(0)
-        eager = row.eager(**{row.inferred: row.simple_size}, **row.simple)
-        eager(x)
+        eager = row.new_eager(row.simple, row.simple_size)
+        row.call(eager, x)
         assert type(layer) is type(eager), row.id
         for key, value in eager.state_dict().items():
             assert torch.equal(layer.state_dict()[key], value), (row.id, key)
-        # ...and the transform works on the built layer (in eval mode: a grad transform
-        # refuses the running statistics' in-place update, as for the eager layer).
+        # ...and the transform works on the built layer as on the eager twin (in eval mode:
+        # a grad transform refuses the running statistics' in-place update, as for the
+        # eager layer). Where torch cannot transform the eager layer (a data-dependent
+        # forward), the built layer fails alike.
         layer.eval()
+        eager.eval()
         if kind == "grad":
-            torch.func.grad(lambda x: layer(x).sum())(x)
+            transform = lambda m: torch.func.grad(lambda x: row.call(m, x).sum())(x)
         elif row.lazy in UNBATCHED or row.lazy is lazynn.LazyLinear:
-            torch.func.vmap(layer)(x)
+            transform = lambda m: torch.func.vmap(lambda x: row.call(m, x))(x)
+        else:
+            continue
+        try:
+            transform(eager)
+        except Exception as error:
+            failure = type(error)
+        else:
+            failure = None
+        try:
+            transform(layer)
+        except Exception as error:
+            assert type(error) is failure, (row.id, error)
+        else:
+            assert failure is None, (row.id, failure)
     print("ALL-OK")
     """
 )
@@ -378,13 +398,13 @@ def test_initialize_parameters_builds_completely(row: Row) -> None:
     layer = row.lazy(**row.simple)
     tensors = [t for _, t in tensors_of(layer)]
     torch.manual_seed(0)
-    layer.initialize_parameters(x)
+    layer.initialize_parameters(*row.args(layer, x))
     eager = eager_twin(row)
     assert_equals_eager(layer, eager)  # eager class, no pre-hook, no _lazynn_ attributes
     assert all(a is b for a, b in zip((t for _, t in tensors_of(layer)), tensors, strict=True))
     layer.eval()
     eager.eval()
-    assert torch.equal(layer(x), eager(x))
+    assert torch.equal(row.call(layer, x), row.call(eager, x))
 
 
 def test_initialize_parameters_again_after_the_build(row: Row) -> None:
@@ -396,16 +416,17 @@ def test_initialize_parameters_again_after_the_build(row: Row) -> None:
     layer = row.lazy(**row.simple)
     stale = layer.initialize_parameters
     torch.manual_seed(0)
-    layer.initialize_parameters(x)
+    layer.initialize_parameters(*row.args(layer, x))
     bigger = row.input(row.simple, 2 * row.simple_size)
     state = {k: v.clone() for k, v in layer.state_dict().items()}
     rng = torch.get_rng_state()
     with pytest.raises(AttributeError, match="initialize_parameters"):
-        layer.initialize_parameters(bigger)
+        layer.initialize_parameters(*row.args(layer, bigger))
     with pytest.raises(AttributeError):
-        stale(bigger)
+        stale(*row.args(layer, bigger))
     assert type(layer) is row.eager
-    assert row.size(layer) == row.simple_size
+    if row.sized:
+        assert row.size(layer) == row.simple_size
     assert torch.equal(torch.get_rng_state(), rng)
     for key, value in layer.state_dict().items():
         assert torch.equal(value, state[key]), key
@@ -414,28 +435,36 @@ def test_initialize_parameters_again_after_the_build(row: Row) -> None:
 # --- 6. an inferred size of 0 ----------------------------------------------------------------
 
 
-def _zero_cases() -> Iterator[tuple[str, Callable[[], nn.Module], tuple[int, ...]]]:
-    yield "LazyLinear-(2, 0)", lambda: lazynn.LazyLinear(3), (2, 0)
-    yield "LazyConv2d-(1, 0, 5, 5)", lambda: lazynn.LazyConv2d(3, 3), (1, 0, 5, 5)
+Call = Callable[[nn.Module, torch.Tensor], Any]
+
+
+def _zero_cases() -> Iterator[tuple[str, Callable[[], nn.Module], tuple[int, ...], Call]]:
+    def plain(m: nn.Module, x: torch.Tensor) -> Any:
+        return m(x)
+
+    yield "LazyLinear-(2, 0)", lambda: lazynn.LazyLinear(3), (2, 0), plain
+    yield "LazyConv2d-(1, 0, 5, 5)", lambda: lazynn.LazyConv2d(3, 3), (1, 0, 5, 5), plain
     for row in ROWS:
-        yield (
-            f"{row.id}-registry",
-            lambda row=row: row.lazy(**row.simple),  # type: ignore[misc]
-            row.shape(row.simple, 0, True),
-        )
+        if row.sized:  # (the pools and Dropout infer no size)
+            yield (
+                f"{row.id}-registry",
+                lambda row=row: row.lazy(**row.simple),  # type: ignore[misc]
+                row.shape(row.simple, 0, True),
+                row.call,
+            )
 
 
 @pytest.mark.parametrize(
-    ("make", "shape"), [c[1:] for c in _zero_cases()], ids=[c[0] for c in _zero_cases()]
+    ("make", "shape", "call"), [c[1:] for c in _zero_cases()], ids=[c[0] for c in _zero_cases()]
 )
 def test_inferred_size_of_zero_is_refused(
-    make: Callable[[], nn.Module], shape: tuple[int, ...]
+    make: Callable[[], nn.Module], shape: tuple[int, ...], call: Call
 ) -> None:
     layer = make()
     before = Before(layer)
     name = type(layer).__name__
     with pytest.raises(lazynn.InferenceError, match=rf"^{name}: expected a positive \w+ ") as e:
-        layer(torch.randn(shape))
+        call(layer, torch.randn(shape))
     assert f"received shape {tuple(shape)}" in str(e.value)
     assert "=0" in str(e.value) or "=(0," in str(e.value)  # an int size, or a tuple one
     assert "Fix: call the layer with a non-empty input" in str(e.value)
@@ -476,6 +505,7 @@ def test_declared_on_meta_then_to_empty_builds_on_cpu(make: Callable[[], nn.Modu
 # --- 8. placeholders: type(), keep_vars, unbuilt checkpoints ----------------------------------
 
 
+@pytest.mark.parametrize("row", PARAMETER_ROWS, ids=lambda r: r.id)
 @pytest.mark.parametrize("dtype", [None, torch.float64])
 def test_placeholder_type_without_argument(row: Row, dtype: torch.dtype | None) -> None:
     layer = row.lazy(**row.simple)
@@ -493,6 +523,7 @@ def test_placeholder_type_without_argument(row: Row, dtype: torch.dtype | None) 
             assert p.type() == "torch.DoubleTensor", name
 
 
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
 def test_state_dict_keep_vars_does_not_mark_live_placeholders(row: Row) -> None:
     layer = row.lazy(**row.simple)
     live = dict(tensors_of(layer))
@@ -511,13 +542,14 @@ def test_state_dict_keep_vars_does_not_mark_live_placeholders(row: Row) -> None:
             _ = value.shape
 
 
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
 def test_unbuilt_checkpoint_through_torch_save_into_a_built_layer(row: Row) -> None:
     buffer = io.BytesIO()
     torch.save(row.lazy(**row.simple).state_dict(), buffer)
     buffer.seek(0)
     checkpoint = torch.load(buffer)  # weights_only=True, the default
     built = row.lazy(**row.simple)
-    built(row.example())
+    row.call(built, row.example())
     state = {k: v.clone() for k, v in built.state_dict().items()}
     with pytest.raises(lazynn.UnbuiltError) as caught:
         built.load_state_dict(checkpoint)

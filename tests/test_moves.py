@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import lazynn
-from registry import ROWS, Row
+from registry import PARAMETER_ROWS, ROWS, Row
 
 #: rows with an integer running-statistics counter (GroupNorm keeps no running statistics:
 #: the check does not apply to it)
@@ -84,7 +84,7 @@ def move(request: pytest.FixtureRequest) -> Iterator[Move]:
 
 def eager_twin(row: Row, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
-    return row.eager(**{row.inferred: row.simple_size}, **row.simple)
+    return row.new_eager(row.simple, row.simple_size)
 
 
 def tensors(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -110,7 +110,8 @@ def test_move_keeps_module_lazy(row: Row, move: Move) -> None:
     for name, p in lazy.named_parameters():
         assert p.requires_grad is move.requires_grad, name
         assert p.dtype == (move.dtype or torch.float32), name
-    assert row.size(lazy) is lazynn.UNKNOWN
+    if row.sized:
+        assert row.size(lazy) is lazynn.UNKNOWN
 
 
 def test_move_honoured_at_build(row: Row, move: Move) -> None:
@@ -125,12 +126,25 @@ def test_move_honoured_at_build(row: Row, move: Move) -> None:
     lazy = row.lazy(**row.simple)
     before = list(lazy.parameters())
     move.apply(lazy)
-    y_lazy = lazy(x)
-    y_eager = eager(x)
+    try:
+        y_eager: torch.Tensor | None = row.call(eager, x)
+    except NotImplementedError:
+        # a kernel torch lacks (nonzero on meta for AdaptiveLogSoftmaxWithLoss, avg_pool3d in
+        # float16 on CPU): the lazy layer fails alike, stays unbuilt (the build is rolled
+        # back), and builds without a forward
+        with pytest.raises(NotImplementedError):
+            row.call(lazy, x)
+        assert type(lazy) is row.lazy
+        assert lazynn.is_lazy(lazy)
+        lazy.initialize_parameters(*row.args(lazy, x))
+        y_eager = y_lazy = None
+    else:
+        y_lazy = row.call(lazy, x)
 
     assert type(lazy) is row.eager
     assert not lazynn.is_lazy(lazy)
-    assert row.size(lazy) == row.simple_size
+    if row.sized:
+        assert row.size(lazy) == row.simple_size
     assert not lazy._forward_pre_hooks
     ours, theirs = tensors(lazy), tensors(eager)
     assert list(ours) == list(theirs)
@@ -147,11 +161,12 @@ def test_move_honoured_at_build(row: Row, move: Move) -> None:
     for name, p in lazy.named_parameters():
         assert p.requires_grad is move.requires_grad, name
         assert p.device.type == move.device, name
-    assert y_lazy.dtype == y_eager.dtype
-    assert y_lazy.device == y_eager.device
-    assert y_lazy.shape == y_eager.shape
-    if move.values:
-        assert torch.equal(y_lazy, y_eager)
+    if y_lazy is not None and y_eager is not None:
+        assert y_lazy.dtype == y_eager.dtype
+        assert y_lazy.device == y_eager.device
+        assert y_lazy.shape == y_eager.shape
+        if move.values:
+            assert torch.equal(y_lazy, y_eager)
     if eager_keeps:  # torch keeps the Parameter objects through this move: so must lazynn
         after = list(lazy.parameters())
         assert len(after) == len(before)
@@ -167,25 +182,26 @@ def test_integer_buffer_stays_int64(row: Row, method: str) -> None:
     assert lazynn.is_lazy(lazy.num_batches_tracked)
     assert lazy.running_mean.dtype == getattr(torch, {"half": "float16"}.get(method, method))
     x = getattr(row.example(), method)()
-    lazy(x)
+    row.call(lazy, x)
     eager = getattr(eager_twin(row), method)()
-    eager(x)
+    row.call(eager, x)
     assert lazy.num_batches_tracked.dtype == eager.num_batches_tracked.dtype == torch.int64
     assert torch.equal(lazy.num_batches_tracked, eager.num_batches_tracked)
 
 
+@pytest.mark.parametrize("row", PARAMETER_ROWS, ids=lambda r: r.id)
 def test_moved_dtype_is_checked_at_build(row: Row) -> None:
     """A layer moved to float64 refuses a float32 first input, naming both dtypes."""
     if getattr(row.lazy, "any_float_input", False):
         pytest.skip(f"{row.eager.__name__} computes mixed dtypes (it warns), as lazynn does")
     lazy = row.lazy(**row.simple).double()
     with pytest.raises(lazynn.InferenceError, match=r"torch\.float64.*torch\.float32") as info:
-        lazy(row.example())
+        row.call(lazy, row.example())
     assert row.lazy.__name__ in str(info.value)
     assert "Fix:" in str(info.value)
     assert type(lazy) is row.lazy
     assert lazynn.is_lazy(lazy)
-    lazy(row.example().double())  # still buildable, with the right input
+    row.call(lazy, row.example().double())  # still buildable, with the right input
     parameters = dict(lazy.named_parameters())  # 'weight' for most, 'weight_ih'... for cells
     assert parameters
     for name, p in parameters.items():

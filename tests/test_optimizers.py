@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 import lazynn
-from registry import Row
+from registry import PARAMETER_ROWS, Row
 
 OPTIMIZERS: list[type[torch.optim.Optimizer]] = sorted(
     (
@@ -209,6 +209,7 @@ def test_sparse_adam_refuses_dense_grads() -> None:
     assert errors[0] == errors[1]
 
 
+@pytest.mark.parametrize("row", PARAMETER_ROWS, ids=lambda r: r.id)
 @pytest.mark.parametrize(
     "make",
     [
@@ -224,14 +225,13 @@ def test_every_layer_trains(row: Row, make: Callable[[nn.Module], torch.optim.Op
     results = []
     for build_lazy in (True, False):
         torch.manual_seed(0)
-        if build_lazy:
-            model = row.lazy(**row.simple)
-        else:
-            model = row.eager(**{row.inferred: row.simple_size}, **row.simple)
+        model = (
+            row.lazy(**row.simple) if build_lazy else row.new_eager(row.simple, row.simple_size)
+        )
         optimizer = make(model)
         for _ in range(3):
             optimizer.zero_grad()
-            (model(x).tanh().mean() - target).square().backward()
+            (row.call(model, x).tanh().mean() - target).square().backward()
             optimizer.step()
         results.append((model, optimizer))
     (lazy, lazy_opt), (eager, eager_opt) = results

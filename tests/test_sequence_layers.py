@@ -1,5 +1,8 @@
-"""Recurrent, attention, transformer and normalization layers with several inputs or tuple
-outputs, each against its eager twin bit for bit under one seed."""
+"""Recurrent, attention, transformer and normalization layers called in ways the registry's
+rows do not call them (tests/registry.py runs every guarantee over each of these layers):
+a packed sequence, a key and value of declared other sizes, a target sequence of another
+length than the source, two trailing normalized dimensions; each against its eager twin bit
+for bit under one seed."""
 
 from __future__ import annotations
 
@@ -31,22 +34,10 @@ def same_state(a: nn.Module, b: nn.Module) -> None:
 
 
 CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[], nn.Module], Callable[[], tuple]]] = {
-    "rnn": (lambda: lazynn.LazyRNN(4, num_layers=2, nonlinearity="relu"),
-            lambda: nn.RNN(5, 4, num_layers=2, nonlinearity="relu"),
-            lambda: (torch.randn(6, 3, 5),)),
-    "lstm-bidirectional-batch-first": (
-        lambda: lazynn.LazyLSTM(4, bidirectional=True, batch_first=True),
-        lambda: nn.LSTM(5, 4, bidirectional=True, batch_first=True),
-        lambda: (torch.randn(3, 6, 5),)),
-    "gru-unbatched": (lambda: lazynn.LazyGRU(4), lambda: nn.GRU(5, 4),
-                      lambda: (torch.randn(6, 5),)),
     "lstm-packed": (
         lambda: lazynn.LazyLSTM(4),
         lambda: nn.LSTM(5, 4),
         lambda: (pack_padded_sequence(torch.randn(6, 3, 5), torch.tensor([6, 4, 2])),)),
-    "mha": (lambda: lazynn.LazyMultiheadAttention(2, batch_first=True),
-            lambda: nn.MultiheadAttention(8, 2, batch_first=True),
-            lambda: (torch.randn(3, 5, 8),) * 3),
     "mha-declared-kdim": (
         lambda: lazynn.LazyMultiheadAttention(2, kdim=6, vdim=7),
         lambda: nn.MultiheadAttention(8, 2, kdim=6, vdim=7),
@@ -58,11 +49,6 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[], nn.Module], Callabl
         lambda: (torch.randn(2, 3, 8), torch.randn(2, 4, 8))),
     "layer-norm-2-dims": (lambda: lazynn.LazyLayerNorm(dims=2), lambda: nn.LayerNorm((3, 5)),
                           lambda: (torch.randn(4, 3, 5),)),
-    "rms-norm": (lambda: lazynn.LazyRMSNorm(eps=1e-6), lambda: nn.RMSNorm(5, eps=1e-6),
-                 lambda: (torch.randn(4, 5),)),
-    "linear-cross-entropy": (
-        lambda: lazynn.LazyLinearCrossEntropyLoss(5), lambda: nn.LinearCrossEntropyLoss(8, 5),
-        lambda: (torch.randn(6, 8), torch.randint(0, 5, (6,)))),
 }
 
 
@@ -85,8 +71,9 @@ def test_equals_eager_after_first_call(name: str) -> None:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", ["mha-declared-kdim", "layer-norm-2-dims"])
 def test_checkpoint_builds_an_unbuilt_twin(name: str) -> None:
+    """(The others' checkpoints are the registry rows' LSTM and Transformer ones.)"""
     make_lazy, make_eager, _ = CASES[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import inspect
+import typing
+import weakref
 from typing import Any
 
 import pytest
@@ -30,8 +32,24 @@ def params(signature: inspect.Signature) -> list[tuple[str, Any, Any]]:
     return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
 
 
+def eager_signature(cls: type[nn.Module]) -> inspect.Signature:
+    """The eager class's constructor signature; for a class taking ``(*args, **kwargs)``
+    (nn.RNN, nn.LSTM, nn.GRU), its documented overload's."""
+    signature = inspect.signature(cls)
+    if not any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()):
+        return signature
+    get_overloads = getattr(typing, "get_overloads", None)
+    if get_overloads is None:  # Python < 3.11
+        pytest.skip(f"typing.get_overloads is needed to read nn.{cls.__name__}'s signature")
+    explicit = [o for o in get_overloads(cls.__init__) if "args" not in inspect.signature(o)
+                .parameters]
+    assert len(explicit) == 1, cls
+    overload = inspect.signature(explicit[0])
+    return overload.replace(parameters=list(overload.parameters.values())[1:])  # no self
+
+
 def kind(row: Row) -> str:
-    name = row.lazy.__name__
+    name = row.eager.__name__
     if "Transpose" in name:
         return "conv_transpose"
     if "Conv" in name:
@@ -43,7 +61,7 @@ def kind(row: Row) -> str:
 
 def rank(row: Row) -> int:
     """The number of spatial dimensions of a convolution row (1, 2 or 3)."""
-    return int(row.lazy.__name__[-2])
+    return int(row.eager.__name__[-2])
 
 
 # --- 10. signatures ---------------------------------------------------------------------------
@@ -55,9 +73,10 @@ INFERRED_POSITION: dict[type[nn.Module], int] = {nn.GroupNorm: 1}
 
 
 def eager_args(row: Row, size: int, positional: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The eager class's positional arguments: the lazy ones with the size in its place."""
+    """The eager class's positional arguments: the lazy ones with the sizes in their place."""
     position = INFERRED_POSITION.get(row.eager, 0)
-    return (*positional[:position], size, *positional[position:])
+    sizes = tuple(row.eager_kwargs({}, size).values())
+    return (*positional[:position], *sizes, *positional[position:])
 
 
 #: keyword-only arguments a lazy layer adds to its eager class's (how to read its size)
@@ -75,10 +94,12 @@ def lazy_params(row: Row) -> list[tuple[str, Any, Any]]:
 
 
 def test_signature_is_the_eager_one_without_the_inferred_argument(row: Row) -> None:
-    eager = params(inspect.signature(row.eager))
-    # the inferred argument comes first in torch.nn, except where the table says
-    assert eager[INFERRED_POSITION.get(row.eager, 0)][0] == row.inferred
-    expected = [p for p in eager if p[0] != row.inferred]
+    eager = params(eager_signature(row.eager))
+    # the inferred arguments come first in torch.nn, except where the table says
+    position = INFERRED_POSITION.get(row.eager, 0)
+    inferred = row.inferred_args  # (none for the pools and Dropout, two for Bilinear)
+    assert tuple(p[0] for p in eager[position : position + len(inferred)]) == inferred
+    expected = [p for p in eager if p[0] not in inferred]
     assert lazy_params(row) == expected
 
 
@@ -95,10 +116,22 @@ NO_TORCH_TWIN = {
     lazynn.LazyTransformerEncoderLayer,
     lazynn.LazyLayerNorm,
     lazynn.LazyRMSNorm,
+    lazynn.LazyRNN,
+    lazynn.LazyLSTM,
+    lazynn.LazyGRU,
+    lazynn.LazyLSTMCell,
+    lazynn.LazyMultiheadAttention,
+    lazynn.LazyTransformer,
+    lazynn.LazyTransformerDecoderLayer,
+    lazynn.LazyBilinear,
+    lazynn.LazyAdaptiveLogSoftmaxWithLoss,
+    lazynn.LazyLinearCrossEntropyLoss,
 }
 
 
 def test_signature_matches_torchs_own_lazy_class(row: Row) -> None:
+    if row.agnostic:
+        pytest.skip(f"torch has no rank-agnostic class (lazynn.{row.lazy.__name__})")
     if row.lazy in NO_TORCH_TWIN:
         # nothing to compare with; the table stays true (remove the row once torch has it)
         assert not hasattr(nn, row.lazy.__name__), f"torch now has nn.{row.lazy.__name__}"
@@ -151,6 +184,33 @@ NORM: Settings = {
     "track_running_stats": [{"track_running_stats": True}, {"track_running_stats": False}],
     "bias": [{"bias": False}, {"bias": False, "affine": True}],
 }
+TRANSFORMER_LAYER: Settings = {
+    "nhead": [{"nhead": 2}, {"nhead": 4}],
+    "dim_feedforward": [{"dim_feedforward": 3}],
+    # in train mode: both twins draw the same dropout masks after the same init
+    "dropout": [{"dropout": 0.5}],
+    "activation": [{"activation": "gelu"}, {"activation": F.gelu}, {"activation": nn.Tanh()}],
+    "layer_norm_eps": [{"layer_norm_eps": 1e-3}],
+    "batch_first": [{"batch_first": True}],
+    "norm_first": [{"norm_first": True}],
+    "bias": [{"bias": False}],
+}
+RECURRENT: Settings = {
+    "hidden_size": [{"hidden_size": 5}],
+    "num_layers": [{"num_layers": 2}],
+    "bias": [{"bias": False}],
+    "batch_first": [{"batch_first": True}],
+    # between layers (torch warns about it with one); the twins draw the same masks
+    "dropout": [{"dropout": 0.5, "num_layers": 2}],
+    "bidirectional": [{"bidirectional": True}, {"bidirectional": True, "num_layers": 2}],
+}
+#: a user's encoder and decoder for nn.Transformer (d_model 4, the simple size; nhead 2)
+CUSTOM_ENCODER = nn.TransformerEncoder(
+    nn.TransformerEncoderLayer(4, 2, 8, 0.0, batch_first=True), 1, enable_nested_tensor=False
+)
+CUSTOM_DECODER = nn.TransformerDecoder(
+    nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True), 1
+)
 #: the settings of the layers made with lazynn.lazy, by eager class (with the simple size 4)
 ALTERNATIVES: dict[type[nn.Module], Settings] = {
     nn.GroupNorm: {
@@ -174,23 +234,89 @@ ALTERNATIVES: dict[type[nn.Module], Settings] = {
         "bias": [{"bias": False}],
     },
     nn.RMSNorm: {"eps": [{"eps": 1e-3}], "elementwise_affine": [{"elementwise_affine": False}]},
-    nn.TransformerEncoderLayer: {
-        "nhead": [{"nhead": 2}, {"nhead": 4}],
-        "dim_feedforward": [{"dim_feedforward": 3}],
-        # in train mode: both twins draw the same dropout masks after the same init
+    nn.TransformerEncoderLayer: TRANSFORMER_LAYER,
+    nn.TransformerDecoderLayer: TRANSFORMER_LAYER,
+    nn.RNN: {**RECURRENT, "nonlinearity": [{"nonlinearity": "relu"}, {"nonlinearity": "tanh"}]},
+    nn.LSTM: {**RECURRENT, "proj_size": [{"proj_size": 2}]},
+    nn.GRU: RECURRENT,
+    nn.LSTMCell: {"hidden_size": [{"hidden_size": 5}], "bias": [{"bias": False}]},
+    nn.MultiheadAttention: {
+        "num_heads": [{"num_heads": 2}, {"num_heads": 4}],
         "dropout": [{"dropout": 0.5}],
-        "activation": [{"activation": "gelu"}, {"activation": F.gelu}, {"activation": nn.Tanh()}],
-        "layer_norm_eps": [{"layer_norm_eps": 1e-3}],
+        "bias": [{"bias": False}],
+        "add_bias_kv": [{"add_bias_kv": True}],
+        "add_zero_attn": [{"add_zero_attn": True}],
+        # declared: the key / value the row makes have those sizes
+        "kdim": [{"kdim": 6}, {"kdim": 2}],
+        "vdim": [{"vdim": 3}, {"kdim": 6, "vdim": 2}],
         "batch_first": [{"batch_first": True}],
+    },
+    # (the simple options: batch_first=True; the others torch warns about are allowed in
+    # these tests, see test_every_option_is_accepted)
+    nn.Transformer: {
+        "nhead": [{"nhead": 4}, {"nhead": 1}],
+        "num_encoder_layers": [{"num_encoder_layers": 2}],
+        "num_decoder_layers": [{"num_decoder_layers": 2}],
+        "dim_feedforward": [{"dim_feedforward": 3}],
+        "dropout": [{"dropout": 0.5}],
+        "activation": [{"activation": "gelu"}, {"activation": F.gelu}],
+        "custom_encoder": [{"custom_encoder": CUSTOM_ENCODER}],
+        "custom_decoder": [{"custom_decoder": CUSTOM_DECODER}],
+        "layer_norm_eps": [{"layer_norm_eps": 1e-3}],
+        "batch_first": [{"batch_first": False}],
         "norm_first": [{"norm_first": True}],
         "bias": [{"bias": False}],
     },
+    nn.Bilinear: {"out_features": [{"out_features": 5}], "bias": [{"bias": False}]},
+    nn.AdaptiveLogSoftmaxWithLoss: {
+        "n_classes": [{"n_classes": 12}],
+        "cutoffs": [{"cutoffs": [2, 6]}, {"cutoffs": (1,)}],
+        "div_value": [{"div_value": 4.0}],
+        "head_bias": [{"head_bias": True}],
+    },
+    nn.LinearCrossEntropyLoss: {
+        "num_classes": [{"num_classes": 3}],
+        "out_features": [{"out_features": (2,)}, {"out_features": (2, 3)}],
+        "bias": [{"bias": True}, {"bias": True, "out_features": (2,)}],
+        "reduction": [{"reduction": "sum"}, {"reduction": "none"}],
+        "weight": [{"weight": torch.rand(5, generator=torch.Generator().manual_seed(0))}],
+        "ignore_index": [{"ignore_index": 0}],
+        "label_smoothing": [{"label_smoothing": 0.2}],
+        "options": [{"options": nn.LinearCrossEntropyOptions()}],
+    },
 }
+for _ranked in (lazynn.MaxPool.by_rank.values()):
+    ALTERNATIVES[_ranked] = {
+        "kernel_size": [{"kernel_size": 3}],
+        "stride": [{"stride": 1}, {"stride": 3}],
+        "padding": [{"padding": 1}],
+        "dilation": [{"dilation": 2}],
+        "return_indices": [{"return_indices": True}],
+        "ceil_mode": [{"ceil_mode": True, "stride": 3}],
+    }
+for _ranked in (lazynn.AvgPool.by_rank.values()):
+    ALTERNATIVES[_ranked] = {
+        "kernel_size": [{"kernel_size": 3}],
+        "stride": [{"stride": 1}, {"stride": 3}],
+        "padding": [{"padding": 1}],
+        "ceil_mode": [{"ceil_mode": True, "stride": 3}],
+        "count_include_pad": [{"count_include_pad": False, "padding": 1}],
+    }
+    if "divisor_override" in inspect.signature(_ranked).parameters:  # 2d and 3d
+        ALTERNATIVES[_ranked]["divisor_override"] = [{"divisor_override": 3}]
+for _ranked in (*lazynn.AdaptiveAvgPool.by_rank.values(),
+                *lazynn.AdaptiveMaxPool.by_rank.values()):
+    ALTERNATIVES[_ranked] = {"output_size": [{"output_size": 1}, {"output_size": 3}]}
+    if "return_indices" in inspect.signature(_ranked).parameters:
+        ALTERNATIVES[_ranked]["return_indices"] = [{"return_indices": True}]
+for _ranked in lazynn.Dropout.by_rank.values():
+    ALTERNATIVES[_ranked] = {"p": [{"p": 0.5}, {"p": 1.0}], "inplace": [{"inplace": True}]}
 
 
 def alternatives(row: Row) -> Settings:
     """For each eager option: settings that exercise it (other options they need included)."""
-    common = COMMON
+    names = inspect.signature(row.eager).parameters
+    common = {k: v for k, v in COMMON.items() if k in names or "kwargs" in names}
     if row.eager in ALTERNATIVES:
         return {**common, **ALTERNATIVES[row.eager]}
     if kind(row) == "linear":
@@ -232,8 +358,20 @@ def _cases() -> list[Any]:
 
 
 def test_alternatives_cover_every_eager_option(row: Row) -> None:
-    eager = [n for n, _, _ in params(inspect.signature(row.eager)) if n != row.inferred]
+    eager = [n for n, _, _ in params(eager_signature(row.eager)) if n not in row.inferred_args]
     assert sorted(alternatives(row)) == sorted(eager)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal attribute values: tensors bit for bit, containers element-wise (an RNN's
+    ``_flat_weights``), weak references by what they refer to."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, weakref.ref):
+        return isinstance(b, weakref.ref) and same(a(), b())
+    return bool(a == b)
 
 
 def assert_same_layer(lazy: nn.Module, eager: nn.Module) -> None:
@@ -244,7 +382,7 @@ def assert_same_layer(lazy: nn.Module, eager: nn.Module) -> None:
     assert vars(lazy).keys() == vars(eager).keys()
     for key, value in vars(eager).items():
         if key not in _MODULE_KEYS:
-            assert vars(lazy)[key] == value, key
+            assert same(vars(lazy)[key], value), key
     ls, es = lazy.state_dict(), eager.state_dict()
     assert list(ls) == list(es)
     for key in es:
@@ -261,20 +399,32 @@ def build_both(
 ) -> tuple[nn.Module, nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(lazy built, eager twin, input, lazy output, eager output) under seed 0."""
     size = row.simple_size
-    dtype = options.get("dtype", positional[-1] if positional else torch.float32)
+    last = positional[-1] if positional else None
+    dtype = options.get("dtype", last if isinstance(last, torch.dtype) else torch.float32)
     x = row.input(options, size).to(dtype)
     torch.manual_seed(0)
     lazy = row.lazy(*positional, **options)
-    y_lazy = lazy(x)
+    y_lazy = row.call(lazy, x)
     torch.manual_seed(0)
     if positional:
-        eager = row.eager(*eager_args(row, size, positional), **options)
+        arguments = eager_args(row, size, positional)
+        if eager_signature(row.eager) != inspect.signature(row.eager):
+            # nn.RNN / nn.GRU take (*args, **kwargs) and read positional arguments after
+            # `bidirectional` as RNNBase's (proj_size first), not as their documented
+            # signature says (device, dtype): by keyword, as documented
+            bound = eager_signature(row.eager).bind(*arguments, **options)
+            eager = row.eager(**bound.arguments)
+        else:
+            eager = row.eager(*arguments, **options)
     else:
-        eager = row.eager(**{row.inferred: size}, **options)
-    y_eager = eager(x)
+        eager = row.new_eager(options, size)
+    y_eager = row.call(eager, x)
     return lazy, eager, x, y_lazy, y_eager
 
 
+# nn.Transformer warns that its encoder's nested-tensor fast path is off with some options
+# (batch_first=False, norm_first, bias=False, an odd nhead): eager alike
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize(("row", "setting"), _cases())
 def test_every_option_is_accepted(row: Row, setting: dict[str, Any]) -> None:
     options = {**row.simple, **setting}
@@ -299,7 +449,8 @@ def test_batch_norm_without_bias() -> None:
     assert_same_layer(layer, eager)
 
 
-#: positional_options of the layers made with lazynn.lazy, by eager class
+#: positional_options of the layers made with lazynn.lazy, and of the rank-agnostic pools
+#: and Dropout, by eager class
 POSITIONAL: dict[type[nn.Module], tuple[Any, ...]] = {
     # num_groups, eps, affine (bias is keyword-only)
     nn.GroupNorm: (2, 1e-3, False, "cpu", torch.float64),
@@ -319,17 +470,69 @@ POSITIONAL: dict[type[nn.Module], tuple[Any, ...]] = {
     # bias
     nn.TransformerEncoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu",
                                  torch.float64),
+    # the same, for the decoder layer
+    nn.TransformerDecoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu",
+                                 torch.float64),
+    # hidden_size, num_layers, nonlinearity, bias, batch_first, dropout, bidirectional
+    nn.RNN: (5, 2, "relu", False, True, 0.5, True, "cpu", torch.float64),
+    # hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size
+    nn.LSTM: (5, 2, False, True, 0.5, True, 3, "cpu", torch.float64),
+    # hidden_size, num_layers, bias, batch_first, dropout, bidirectional
+    nn.GRU: (5, 2, False, True, 0.5, True, "cpu", torch.float64),
+    # hidden_size, bias
+    nn.LSTMCell: (5, False, "cpu", torch.float64),
+    # num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first
+    nn.MultiheadAttention: (2, 0.5, False, True, True, 6, 5, True, "cpu", torch.float64),
+    # nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout, activation,
+    # custom_encoder, custom_decoder (None: see ALTERNATIVES), layer_norm_eps, batch_first,
+    # norm_first, bias
+    nn.Transformer: (4, 2, 1, 6, 0.5, "gelu", None, None, 1e-3, True, True, False, "cpu",
+                     torch.float64),
+    # out_features, bias
+    nn.Bilinear: (5, False, "cpu", torch.float64),
+    # n_classes, cutoffs, div_value, head_bias
+    nn.AdaptiveLogSoftmaxWithLoss: (10, [3, 6], 2.0, True, "cpu", torch.float64),
+    # num_classes (the others are keyword-only)
+    nn.LinearCrossEntropyLoss: (3,),
 }
+for _ranked in lazynn.MaxPool.by_rank.values():
+    # kernel_size, stride, padding, dilation, return_indices, ceil_mode
+    POSITIONAL[_ranked] = (3, 2, 1, 2, True, True)
+for _ranked in lazynn.AvgPool.by_rank.values():
+    # kernel_size, stride, padding, ceil_mode, count_include_pad
+    POSITIONAL[_ranked] = (3, 2, 1, True, False)
+for _ranked in lazynn.AdaptiveAvgPool.by_rank.values():
+    POSITIONAL[_ranked] = (3,)  # output_size
+for _ranked in lazynn.AdaptiveMaxPool.by_rank.values():
+    POSITIONAL[_ranked] = (3, True)  # output_size, return_indices
+for _ranked in lazynn.Dropout.by_rank.values():
+    POSITIONAL[_ranked] = (0.25, True)  # p, inplace
 #: where an option lands when the eager class keeps no attribute of its name
+_TRANSFORMER_LAYER_READERS = {
+    "nhead": lambda m: m.self_attn.num_heads,
+    "dim_feedforward": lambda m: m.linear1.out_features,
+    "dropout": lambda m: m.dropout.p,
+    "activation": lambda m: m.activation.__name__,  # the name gives the function
+    "layer_norm_eps": lambda m: m.norm1.eps,
+    "batch_first": lambda m: m.self_attn.batch_first,
+}
 READERS: dict[type[nn.Module], dict[str, Any]] = {
-    nn.TransformerEncoderLayer: {
-        "nhead": lambda m: m.self_attn.num_heads,
-        "dim_feedforward": lambda m: m.linear1.out_features,
-        "dropout": lambda m: m.dropout.p,
-        "activation": lambda m: m.activation.__name__,  # the name gives the function
-        "layer_norm_eps": lambda m: m.norm1.eps,
-        "batch_first": lambda m: m.self_attn.batch_first,
+    nn.TransformerEncoderLayer: _TRANSFORMER_LAYER_READERS,
+    nn.TransformerDecoderLayer: _TRANSFORMER_LAYER_READERS,
+    nn.MultiheadAttention: {"add_bias_kv": lambda m: m.bias_k is not None},
+    nn.Transformer: {
+        "num_encoder_layers": lambda m: len(m.encoder.layers),
+        "num_decoder_layers": lambda m: len(m.decoder.layers),
+        "dim_feedforward": lambda m: m.encoder.layers[0].linear1.out_features,
+        "dropout": lambda m: m.encoder.layers[0].dropout.p,
+        "activation": lambda m: m.encoder.layers[0].activation.__name__,
+        # None: the default encoder / decoder, not a user's
+        "custom_encoder": lambda m: None if type(m.encoder) is nn.TransformerEncoder else m,
+        "custom_decoder": lambda m: None if type(m.decoder) is nn.TransformerDecoder else m,
+        "layer_norm_eps": lambda m: m.encoder.norm.eps,
+        "norm_first": lambda m: m.encoder.layers[0].norm_first,
     },
+    nn.AdaptiveLogSoftmaxWithLoss: {"cutoffs": lambda m: m.cutoffs[:-1]},  # n_classes ends it
 }
 
 
@@ -353,16 +556,19 @@ def positional_options(row: Row) -> tuple[Any, ...]:
     return (1e-3, None, not default, default, "cpu", torch.float64)
 
 
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # see above
 def test_every_option_is_accepted_by_position(row: Row) -> None:
     positional = positional_options(row)
-    names = [
-        n
-        for n, k, _ in params(inspect.signature(row.lazy))
-        if k is inspect.Parameter.POSITIONAL_OR_KEYWORD
-    ]
+    signature = params(inspect.signature(row.lazy))
+    names = [n for n, k, _ in signature if k is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     assert len(positional) == len(names)
-    lazy, eager, x, y_lazy, y_eager = build_both(row, {}, positional)
-    assert x.dtype == torch.float64
+    # a dtype the layer takes by keyword only (LinearCrossEntropyLoss), by keyword
+    keywords = {
+        n: torch.float64 for n, k, _ in signature if n == "dtype" and k is k.KEYWORD_ONLY
+    }
+    lazy, eager, x, y_lazy, y_eager = build_both(row, keywords, positional)
+    if any(n == "dtype" for n, _, _ in signature):  # (the pools and Dropout take none)
+        assert x.dtype == torch.float64
     assert torch.equal(y_lazy, y_eager)
     assert_same_layer(lazy, eager)
     # ...and each positional value landed where its name says.

@@ -22,9 +22,13 @@ from torch import nn
 
 import lazynn
 from lazynn._errors import shape_str
-from registry import ROWS, Row, build_pair
+from registry import ROWS, TENSOR_ROWS, Row, build_pair
 
 NORM_ROWS = [r for r in ROWS if "Norm" in r.lazy.__name__]
+#: rows a built checkpoint builds (it has tensors, and they tell everything the layer infers)
+BUILDING_ROWS = [r for r in TENSOR_ROWS if r.checkpoint_builds]
+#: rows whose built checkpoint cannot tell the class to become (a rank-agnostic norm)
+RANKLESS_ROWS = [r for r in TENSOR_ROWS if not r.checkpoint_builds]
 
 
 def without_tensors(row: Row) -> dict[str, Any]:
@@ -43,7 +47,7 @@ def built(row: Row, seed: int, size: int | None = None) -> nn.Module:
     x = row.input(row.simple, size)
     torch.manual_seed(seed)
     layer = row.lazy(**row.simple)
-    layer(x)
+    row.call(layer, x)
     return layer
 
 
@@ -99,11 +103,12 @@ def test_unbuilt_into_unbuilt(row: Row) -> None:
     assert not result.unexpected_keys
     assert lazynn.is_lazy(target)
     assert_unchanged(target, before)
-    target(row.example())  # and it still builds on its first call
+    row.call(target, row.example())  # and it still builds on its first call
     assert type(target) is row.eager
 
 
 # --- built -> unbuilt ---------------------------------------------------------------------
+@pytest.mark.parametrize("row", BUILDING_ROWS, ids=lambda r: r.id)
 def test_built_into_unbuilt_builds_the_target(row: Row) -> None:
     source = built(row, seed=1)
     target = row.lazy(**row.simple)
@@ -123,15 +128,37 @@ def test_built_into_unbuilt_builds_the_target(row: Row) -> None:
     # built in place: an optimizer made before the load holds the loaded parameters
     assert all(a is b for a, b in zip(placeholders, target.parameters(), strict=True))
     x = row.example()
-    assert torch.equal(target(x), source(x))
+    assert torch.equal(row.call(target, x), row.call(source, x))
 
 
+@pytest.mark.parametrize("row", RANKLESS_ROWS, ids=lambda r: r.id)
+def test_built_checkpoint_of_unknown_rank_is_refused(row: Row) -> None:
+    """A rank-agnostic norm's tensors are the same in every rank: its checkpoint cannot say
+    which class to become. A clear CheckpointError, the target left as it was; it then
+    builds on its first call, and loads the checkpoint as torch."""
+    source = built(row, seed=1)
+    target = row.lazy(**row.simple)
+    before = snapshot(target)
+    with pytest.raises(lazynn.CheckpointError) as info:
+        target.load_state_dict(source.state_dict())
+    text = str(info.value)
+    assert text.startswith(row.lazy.__name__)
+    assert "expected a checkpoint that tells this layer's rank" in text
+    assert "Fix: build the model first" in text
+    assert_unchanged(target, before)
+    row.call(target, row.example())
+    target.load_state_dict(source.state_dict())
+    assert type(target) is row.eager
+    assert_same_state(target, source)
+
+
+@pytest.mark.parametrize("row", BUILDING_ROWS, ids=lambda r: r.id)
 def test_built_into_unbuilt_keeps_the_target_dtype(row: Row) -> None:
     """As torch: loading copies values into the target's own dtype."""
     source = built(row, seed=1)
     target = row.lazy(**row.simple, dtype=torch.float64)
     target.load_state_dict(source.state_dict())
-    eager = row.eager(**{row.inferred: row.simple_size}, **row.simple, dtype=torch.float64)
+    eager = row.new_eager(row.simple, row.simple_size, dtype=torch.float64)
     eager.load_state_dict(source.state_dict())
     assert type(target) is row.eager
     ours = target.state_dict()
@@ -147,7 +174,7 @@ def test_built_without_tensors_into_unbuilt_stays_unbuilt(row: Row) -> None:
     which to build. The target stays unbuilt, and builds on its first call."""
     options = without_tensors(row)
     source = row.lazy(**options)
-    source(row.input(options, 3))
+    row.call(source, row.input(options, 3))
     assert source.state_dict() == {}
     target = row.lazy(**options)
     result = target.load_state_dict(source.state_dict())
@@ -157,12 +184,13 @@ def test_built_without_tensors_into_unbuilt_stays_unbuilt(row: Row) -> None:
     assert lazynn.is_lazy(target)
     assert row.size(target) is lazynn.UNKNOWN
     x = row.input(options, 5)
-    target(x)
+    row.call(target, x)
     assert type(target) is row.eager
     assert row.size(target) == 5
 
 
 # --- unbuilt -> built ---------------------------------------------------------------------
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
 @pytest.mark.parametrize("strict", [True, False])
 def test_unbuilt_into_built_is_refused(row: Row, strict: bool) -> None:
     source = row.lazy(**row.simple)
@@ -197,9 +225,9 @@ def test_built_into_built_as_torch(row: Row) -> None:
     source = built(row, seed=1)
     target = built(row, seed=2)
     params = list(target.parameters())
-    eager_source = row.eager(**{row.inferred: row.simple_size}, **row.simple)
+    eager_source = row.new_eager(row.simple, row.simple_size)
     eager_source.load_state_dict(source.state_dict())
-    eager_target = row.eager(**{row.inferred: row.simple_size}, **row.simple)
+    eager_target = row.new_eager(row.simple, row.simple_size)
     expected = eager_target.load_state_dict(eager_source.state_dict())
     result = target.load_state_dict(source.state_dict())
     assert result == expected
@@ -233,6 +261,7 @@ def _contradicting(row: Row) -> tuple[dict[str, torch.Tensor], str, str, torch.S
     return state, key, pattern, received
 
 
+@pytest.mark.parametrize("row", BUILDING_ROWS, ids=lambda r: r.id)
 def test_contradicting_checkpoint_is_refused(row: Row) -> None:
     state, key, expected, received = _contradicting(row)
     target = row.lazy(**row.simple)
@@ -249,7 +278,7 @@ def test_contradicting_checkpoint_is_refused(row: Row) -> None:
     assert_unchanged(target, before)
     assert row.size(target) is lazynn.UNKNOWN
     assert all(lazynn.is_lazy(t) for t in target.state_dict(keep_vars=True).values())
-    target(row.example())  # still builds on its first call
+    row.call(target, row.example())  # still builds on its first call
     assert type(target) is row.eager
 
 
@@ -299,6 +328,7 @@ def test_contradicting_checkpoint_in_a_model_names_the_path() -> None:
 
 
 # --- torch.save / torch.load ---------------------------------------------------------------
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
 def test_unbuilt_state_dict_survives_torch_save(row: Row) -> None:
     source = row.lazy(**row.simple, dtype=torch.float64)
     state = source.state_dict()
@@ -323,12 +353,13 @@ def test_unbuilt_state_dict_survives_torch_save(row: Row) -> None:
     assert not result.unexpected_keys
     assert lazynn.is_lazy(target)
     assert type(target) is row.lazy
-    target(row.example().double())
+    row.call(target, row.example().double())
     assert type(target) is row.eager
     for name, p in target.named_parameters():
         assert p.dtype == torch.float64, name
 
 
+@pytest.mark.parametrize("row", BUILDING_ROWS, ids=lambda r: r.id)
 def test_built_state_dict_through_torch_save_builds_a_fresh_layer(row: Row) -> None:
     source = built(row, seed=1)
     buffer = io.BytesIO()
@@ -369,10 +400,12 @@ def test_whole_model_built_into_unbuilt_twin() -> None:
     assert torch.equal(target.train()(x), source.train()(x))
 
 
+@pytest.mark.parametrize("row", BUILDING_ROWS, ids=lambda r: r.id)
 def test_build_pair_round_trip(row: Row) -> None:
     """A lazy-built layer's checkpoint loads into its eager twin, and the other way round."""
     lazy, eager, x = build_pair(row, row.simple, row.simple_size, seed=4)
     fresh = row.lazy(**row.simple)
     fresh.load_state_dict(eager.state_dict())
+    assert type(fresh) is row.eager
     assert_same_state(fresh, lazy)
-    assert torch.equal(fresh.eval()(x), eager.eval()(x))
+    assert torch.equal(row.call(fresh.eval(), x), row.call(eager.eval(), x))

@@ -287,9 +287,9 @@ def test_each_lazy_layer(row: Row) -> None:
     layer = row.lazy(**row.simple)
     x = row.example()
     fingerprint = Fingerprint(layer)
-    s = lazynn.summary(layer, x)
+    s = lazynn.summary(layer, *row.args(layer, x))
     fingerprint.assert_unchanged()
-    layer(x)
+    row.call(layer, x)
     assert (s.rows[0].type, s.rows[0].lazy_type) == (row.eager.__name__, row.lazy.__name__)
     assert summary_counts(s) == built_counts(layer)
     # a row lists its module's own parameters: the whole layer's for a flat one, and one
