@@ -8,9 +8,6 @@ row's input; ``out``: the output as one tensor); tests call every module, lazy o
 through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``. A
 rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
 rank selects.
-
-A registry-driven guarantee that fails today for a row is listed in KNOWN_BUGS (a strict
-expected failure, see conftest.py).
 """
 
 from __future__ import annotations
@@ -76,6 +73,9 @@ class Row:
     #: whether a built checkpoint builds an unbuilt layer (a rank-agnostic norm's tensors
     #: look the same in every rank: its checkpoint cannot tell which class to become)
     checkpoint_builds: bool = True
+    #: whether build() / summary() can run it on meta tensors (False: its forward's shapes
+    #: depend on values, as AdaptiveLogSoftmaxWithLoss's torch.nonzero; they refuse clearly)
+    rehearsable: bool = True
 
     @property
     def id(self) -> str:
@@ -441,7 +441,7 @@ ROWS += [
     Row(lazynn.LazyAdaptiveLogSoftmaxWithLoss, nn.AdaptiveLogSoftmaxWithLoss, "in_features",
         _adaptive_options(), _rows_shape, _adaptive_sizes,
         {"n_classes": 8, "cutoffs": [4], "div_value": 2.0}, wrong_ranks=(0, 3),
-        args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined),
+        args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined, rehearsable=False),
     Row(lazynn.LazyLinearCrossEntropyLoss, nn.LinearCrossEntropyLoss, "in_features",
         st.fixed_dictionaries({"num_classes": st.integers(2, 6), "bias": st.booleans(),
                                "out_features": st.sampled_from([(), (2,)]),
@@ -577,91 +577,3 @@ def build_pair(row: Row, options: Options, size: int, seed: int = 0,
     eager = row.new_eager(options, size)
     row.call(eager, x)
     return lazy, eager, x
-
-
-#: (test function, row id) -> why that registry-driven guarantee fails today for that row:
-#: conftest.py marks each pair as a strict expected failure (a fix makes it pass, and the
-#: suite then asks for the entry to go)
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    **{
-        ("test_contradicting_checkpoint_is_refused", f"{name}-{rank}d"): (
-            "BUG: a refused checkpoint leaves a rank-agnostic layer's cls_to_become set to "
-            "the class the checkpoint's rank chose (_RankAgnostic._lazynn_build_from_state "
-            "sets it before the shapes are checked, and does not restore it)"
-        )
-        for name in ("Conv", "ConvTranspose")
-        for rank in (2, 3)
-    },
-    **{
-        ("test_initialize_parameters_again_after_the_build", r.id): (
-            "BUG: a bound initialize_parameters kept from before the build raises TypeError "
-            "('super(type, obj): obj must be an instance or subtype of type') on a built "
-            "rank-agnostic layer, not AttributeError as every other layer: "
-            "_RankAgnostic.initialize_parameters calls super() on an instance that is no "
-            "longer a _RankAgnostic"
-        )
-        for r in ROWS
-        if r.agnostic
-    },
-    **{
-        (test, f"AvgPool-{rank}d{setting}"): (
-            "BUG: lazynn.AvgPool takes no divisor_override, which nn.AvgPool2d and "
-            "nn.AvgPool3d take (nn.AvgPool1d has none): it could take it and refuse it for "
-            "a rank-3 input (_agnostic.AvgPool.__init__)"
-        )
-        for rank in (2, 3)
-        for test, setting in (
-            ("test_signature_is_the_eager_one_without_the_inferred_argument", ""),
-            ("test_every_option_is_accepted", "-divisor_override-0"),
-        )
-    },
-    **{
-        ("test_every_option_is_accepted", f"LazyTransformer-custom_{part}-0"): (
-            f"BUG: LazyTransformer(custom_{part}=m) fails at construction "
-            "(UnbuiltError from nn.Transformer._reset_parameters) after replacing the "
-            "parameters of the user's module m by placeholders: _lazynn_setup lays out "
-            "every submodule, the user's too, and _lazynn_hide_probes constructs again "
-            "with m"
-        )
-        for part in ("encoder", "decoder")
-    },
-    ("test_every_option_is_accepted", "LazyLinearCrossEntropyLoss-weight-0"): (
-        "BUG: LazyLinearCrossEntropyLoss(n, weight=w) never builds: the check on meta "
-        "constructs the layer on meta with the user's CPU tensor w as its class weights, "
-        "and the meta forward refuses it ('Tensor on device cpu is not on the expected "
-        "device meta'); tensor arguments should go to meta for that check "
-        "(LazyLayer._lazynn_validate / _new)"
-    ),
-    **{
-        ("test_transposed_padding_mode_refused_alike", f"ConvTranspose-{rank}d"): (
-            "BUG (message): lazynn.ConvTranspose(..., padding_mode='reflect') says 'Only "
-            "\"zeros\" padding mode is supported for ConvTranspose1d', naming the class "
-            "of its meta layout, not the one the user constructed (ConvTranspose), as the "
-            "other lazy layers do"
-        )
-        for rank in (1, 2, 3)
-    },
-    **{
-        ("test_dynamo_is_lazy_module", r.id): (
-            "BUG: dynamo reads a lazy module's cls_to_become before building it "
-            "(NNModuleVariable.call_function: module_type = mod.cls_to_become, then "
-            "initialize_lazy_module); a rank-agnostic layer's is its lowest-rank class until "
-            "its first input, so torch.compile of an unbuilt nn.Sequential(lazynn.MaxPool(2)) "
-            "on a 4-d input traces MaxPool1d.forward and fails (_RankAgnostic._agnostic_setup)"
-        )
-        for r in ROWS
-        if r.agnostic and r.eager is not next(iter(r.lazy.by_rank.values()))  # type: ignore[attr-defined]
-    },
-    ("test_each_lazy_layer", "LazyAdaptiveLogSoftmaxWithLoss"): (
-        "BUG (or limitation): lazynn.summary / lazynn.build cannot rehearse "
-        "LazyAdaptiveLogSoftmaxWithLoss: its forward calls torch.nonzero, which meta tensors "
-        "cannot run (InferenceError 'expected inputs it can take (the build ran the model on "
-        "meta tensors)'); a real first call builds it"
-    ),
-    ("test_repr_shows_unknown_sizes_honestly", "LazyAdaptiveLogSoftmaxWithLoss"): (
-        "BUG: an unbuilt LazyAdaptiveLogSoftmaxWithLoss shows a tail size it does not know "
-        "as 0 (Linear(in_features=?, out_features=0) then Linear(in_features=0, ...)) for "
-        "in_features // div_value**k: _lazynn_hide_probes lays out with the probe 1 and its "
-        "double 2, whose floor divisions agree (1 // 4 == 2 // 4 == 0)"
-    ),
-}

@@ -491,3 +491,21 @@ def test_func_on_unbuilt_model_refuses_or_builds_never_half(transform: str) -> N
             assert torch.equal(out[name], expected[name]), name
     else:
         assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("layer", [lambda: lazynn.MaxPool(2), lambda: lazynn.Conv(4, 3)],
+                         ids=["MaxPool", "Conv"])  # fmt: skip
+def test_unbuilt_rank_agnostic_layer_under_compile_is_refused_then_compiles_built(
+    layer: Callable[[], nn.Module],
+) -> None:
+    """dynamo fixes the class it traces before it builds a lazy module; a rank-agnostic
+    layer's class is its first input's: refused with the fix, and fine once built."""
+    x = torch.randn(2, 3, 8, 8)
+    model = nn.Sequential(layer())
+    with pytest.raises(Exception, match=r"lazynn\.build\(model, example\), then compile") as info:
+        torch.compile(model, backend="eager", fullgraph=True)(x)
+    assert any(isinstance(e, lazynn.InferenceError) for e in error_chain(info.value))
+    assert lazynn.is_lazy(model)
+    built = lazynn.build(model, x)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(built, backend="eager", fullgraph=True)(x), built(x))

@@ -287,6 +287,11 @@ def test_each_lazy_layer(row: Row) -> None:
     layer = row.lazy(**row.simple)
     x = row.example()
     fingerprint = Fingerprint(layer)
+    if not row.rehearsable:  # its shapes depend on values: refused with the fix
+        with pytest.raises(lazynn.InferenceError, match=r"needs values.*model\(example\)"):
+            lazynn.summary(layer, *row.args(layer, x))
+        fingerprint.assert_unchanged()
+        return
     s = lazynn.summary(layer, *row.args(layer, x))
     fingerprint.assert_unchanged()
     row.call(layer, x)

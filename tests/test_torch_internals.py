@@ -117,7 +117,8 @@ def test_dynamo_is_lazy_module(row: Row) -> None:
     assert isinstance(layer, TorchLazyModuleMixin)
     assert hasattr(layer, "_initialize_hook")
     assert callable(layer._infer_parameters)
-    assert layer.cls_to_become is row.eager
+    if not row.agnostic:  # (a rank-agnostic layer's class waits for its input: test_compile)
+        assert layer.cls_to_become is row.eager
     row.call(layer, row.example())
     assert not torch._dynamo.utils.is_lazy_module(layer)
     assert not hasattr(layer, "_initialize_hook")

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ._callers import under_dynamo
 from ._declare import Infer, LazyLayer
 from ._errors import (
     CheckpointError,
@@ -56,8 +57,11 @@ class _RankAgnostic(LazyLayer, nn.Module):
     by_rank: ClassVar[Mapping[int, type[nn.Module]]]
     _user_args: tuple[Any, ...]
 
-    def _agnostic_setup(self, args: tuple[Any, ...], **kwargs: Any) -> None:
-        ranks = sorted(self.by_rank)
+    def _agnostic_setup(
+        self, args: tuple[Any, ...], only: tuple[int, ...] = (), **kwargs: Any
+    ) -> None:
+        """Lay out with the lowest rank's class (``only``: among these ranks)."""
+        ranks = sorted(r for r in self.by_rank if not only or r in only)
         kernel = kwargs.get("kernel_size")
         if isinstance(kernel, tuple):  # a tuple kernel fixes the rank: lay out with that class
             ranks = [r for r in ranks if self.by_rank[r] is self._class_for_spatial(len(kernel))]
@@ -66,10 +70,14 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     f"{type(self).__name__}: a kernel_size of {len(kernel)} dimensions has no "
                     f"{type(self).__name__.lower()} class; expected 1 to 3"
                 )
-        self.__dict__["cls_to_become"] = self.by_rank[ranks[0]]
+        self.__dict__["cls_to_become"] = self.by_rank[ranks[0]]  # lays out the placeholders
         self.__dict__["_lazynn_ranks"] = tuple(ranks)
         self.__dict__["_lazynn_shown"] = args
-        self._lazynn_setup(**kwargs)
+        try:
+            self._lazynn_setup(**kwargs)
+        except ValueError as error:  # the eager class's own check: name the class constructed
+            layout = self.by_rank[ranks[0]].__name__
+            raise ValueError(str(error).replace(layout, type(self).__name__)) from None
 
     def _class_for_spatial(self, spatial: int) -> type[nn.Module] | None:
         return self.by_rank.get(spatial + 2)
@@ -96,6 +104,19 @@ class _RankAgnostic(LazyLayer, nn.Module):
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
         from ._mixin import in_build
 
+        if under_dynamo():
+            # dynamo fixes the class it traces (cls_to_become) before it builds a lazy module;
+            # this one's class is decided by the input it has not seen yet.
+            raise InferenceError(
+                message(
+                    module_path(self),
+                    "a model built before torch.compile (this layer's class is chosen by its "
+                    "first input's rank, after torch.compile has fixed the class it traces)",
+                    f"an unbuilt lazynn.{type(self).__name__} under torch.compile",
+                    "build first: lazynn.build(model, example), then compile; or use the "
+                    "ranked lazy class (lazynn.LazyConv2d...), which compiles unbuilt",
+                )
+            )
         if in_build():
             value = args[0] if args else next(iter(kwargs.values()), None)
             rank = value.dim() if isinstance(value, torch.Tensor) else -1
@@ -114,7 +135,9 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     )
                 )
             self.__dict__["cls_to_become"] = self.by_rank[rank]
-        super().initialize_parameters(*args, **kwargs)
+        # (not super(): a bound method kept from before the build may be called on the built,
+        # class-swapped module, which then refuses as every built layer does)
+        LazyLayer.initialize_parameters(self, *args, **kwargs)
 
     def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
         entries = [
@@ -137,8 +160,13 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     "load the checkpoint",
                 )
             )
+        layout = self.__dict__["cls_to_become"]
         self.__dict__["cls_to_become"] = target
-        super()._lazynn_build_from_state(state_dict, prefix)
+        try:
+            super()._lazynn_build_from_state(state_dict, prefix)
+        except BaseException:
+            self.__dict__["cls_to_become"] = layout  # still unbuilt, its rank unknown
+            raise
 
     _spatial_weight: ClassVar[bool] = False
 
@@ -300,7 +328,8 @@ class MaxPool(_ShapeOnly):
 
 
 class AvgPool(_ShapeOnly):
-    """``nn.AvgPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+    """``nn.AvgPool1d/2d/3d`` by the input's rank (3, 4 or 5; 4 or 5 with a
+    ``divisor_override``, which ``nn.AvgPool1d`` does not take)."""
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.AvgPool1d,
@@ -315,11 +344,14 @@ class AvgPool(_ShapeOnly):
         padding: int | tuple[int, ...] = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
+        divisor_override: int | None = None,
     ) -> None:
+        # nn.AvgPool1d takes no divisor_override: given one, only 2d and 3d inputs are accepted
+        extra = {} if divisor_override is None else {"divisor_override": divisor_override}
         self._agnostic_setup(
-            (kernel_size,),
+            (kernel_size,), only=(4, 5) if extra else (),
             kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
-            count_include_pad=count_include_pad,
+            count_include_pad=count_include_pad, **extra,
         )  # fmt: skip
 
 

@@ -33,7 +33,7 @@ from torch import nn
 
 from ._errors import UnbuiltError, message
 
-__all__ = ["tool_fix", "wrapper_refusal"]
+__all__ = ["tool_fix", "under_dynamo", "wrapper_refusal"]
 
 #: wrapper -> (function name, file path suffix, the local naming the module) of the frame that
 #: constructs it. These are torch internals: tests/test_distributed.py (DDP, fully_shard) and
@@ -244,3 +244,16 @@ def _undo_pruning(frame: FrameType) -> None:
     restored = {k: orig if k == name else params[k] for k in names}
     params.clear()
     params.update(restored)
+
+
+_DYNAMO = os.path.join("torch", "_dynamo")
+
+
+def under_dynamo() -> bool:
+    """Whether torch.compile (dynamo's lazy-module protocol) is building a module right now:
+    dynamo calls ``initialize_lazy_module`` itself. torch internals: tests/test_compile.py
+    compiles an unbuilt rank-agnostic layer, which must give lazynn's refusal."""
+    return any(
+        frame.f_code.co_name == "initialize_lazy_module" and _DYNAMO in frame.f_code.co_filename
+        for frame in _frames(2)
+    )

@@ -41,6 +41,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ._errors import (
     CheckpointError,
     InferenceError,
+    LazynnError,
     UnbuiltError,
     describe,
     message,
@@ -228,6 +229,8 @@ CLASS_KEY = "__lazynn_class__"
 #: Per thread, during a rehearsal: the sizes the last LazyLayer read (see _rehearse.post).
 _REHEARSED_SIZES = threading.local()
 _LOWER_PRECISION = (torch.float16, torch.bfloat16)
+#: the second probe of _lazynn_hide_probes, as a multiple of the first
+_FAR = 1024
 
 
 class LazyLayer(LazyModuleMixin):
@@ -255,6 +258,25 @@ class LazyLayer(LazyModuleMixin):
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
         """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders."""
+        held = [
+            k
+            for k, v in kwargs.items()
+            if isinstance(v, nn.Module) and any(True for _ in (*v.parameters(), *v.buffers()))
+        ]
+        if held:
+            # The layout would hold the user's module: its tensors would become placeholders
+            # and the eager constructor (nn.Transformer's _reset_parameters) would rewrite it.
+            raise LazynnError(
+                message(
+                    type(self).__name__,
+                    "constructor arguments that hold no parameters (a lazy layer lays out "
+                    "everything it holds before it knows its sizes)",
+                    "modules with parameters for " + ", ".join(held),
+                    f"construct nn.{self.cls_to_become.__name__} with the sizes written out "
+                    "when you bring your own modules; keep lazy layers inside your modules "
+                    "instead",
+                )
+            )
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
         target = torch.device(device) if device is not None else torch.get_default_device()
@@ -294,10 +316,12 @@ class LazyLayer(LazyModuleMixin):
         """Show ``?`` for every attribute of a submodule that the probe sizes decided.
 
         (``linear1.in_features`` of a transformer layer is ``d_model``.) A second meta layout
-        with every probe doubled tells them apart; the build copies the real values back.
+        with every probe multiplied tells them apart; the build copies the real values back.
         """
+        # (A large multiple, not double: a floor division by a constant, such as
+        # AdaptiveLogSoftmaxWithLoss's in_features // div_value**k, must tell them apart too.)
         doubled = {
-            name: tuple(2 * v for v in probe) if isinstance(probe, tuple) else 2 * probe
+            name: tuple(_FAR * v for v in probe) if isinstance(probe, tuple) else _FAR * probe
             for name, probe in (
                 (n, spec.probe_value(layout_kwargs)) for n, spec in self._lazynn_specs().items()
             )
@@ -806,6 +830,8 @@ def _new(
     ``torch.device(device)`` context and its floating tensors cast to ``dtype`` after.
     """
     if str(device) == "meta":
+        # Tensor arguments (LinearCrossEntropyLoss's class weights) go to meta with the layer.
+        kwargs = {k: _map_tensors(_to_meta, v) for k, v in kwargs.items()}
         # A layout with probe sizes may warn where the real sizes would not (a zero-row
         # tensor's init): the real construction warns as eager does.
         with warnings.catch_warnings():

@@ -265,9 +265,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         size): then the build is rolled back, RNG included, so a retry works. Only unbuilt
         modules pass through here: the build swaps the class, and with it this method.
         """
+        if torch.compiler.is_compiling() or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
+            # (dynamo may call this on the module it has just built, whose class is swapped:
+            # no super() here.)
+            return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
         call = super().__call__
-        if not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
-            return call(*args, **kwargs)
         snapshot = Snapshot(self)  # type: ignore[arg-type]
         rng = torch.get_rng_state()
         outer = getattr(_BUILT_HERE, "ids", None)

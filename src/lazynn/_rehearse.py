@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._declare import _REHEARSED_SIZES, LazyLayer, _map_tensors
+from ._declare import _REHEARSED_SIZES, LazyLayer, _map_tensors, _meta_limitation
 from ._errors import InferenceError, LazynnError, message, shape_str
 from ._memo import Memo
 from ._mixin import _BUILD_LOCK, _REHEARSAL
@@ -335,6 +335,19 @@ def _failure(
     name = lazy_before.get(path, type(module)).__name__  # a lazy layer, by its own name
     label = f"{name} at '{path}'" if path else f"{name} (root)"
     received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in _shapes((a, k)))
+    if _meta_limitation(error):
+        # nn.AdaptiveLogSoftmaxWithLoss selects rows with torch.nonzero: shapes from values
+        return InferenceError(
+            message(
+                label,
+                "a forward whose shapes follow from its inputs' shapes (build and summary run "
+                "the model on meta tensors, which hold no values)",
+                f"one that needs values (inputs of shapes {received or 'none'})",
+                "build it with a real call, model(example), instead of lazynn.build or "
+                "lazynn.summary; the model is unchanged",
+                detail=f"{type(error).__name__}: {_first_line(error)}",
+            )
+        )
     return InferenceError(
         message(
             label,
