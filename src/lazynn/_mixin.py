@@ -62,6 +62,25 @@ def in_build() -> bool:
     return bool(getattr(_IN_BUILD, "active", 0))
 
 
+def _refuse_under_export(module: nn.Module) -> None:
+    """torch.export (strict) traces with dynamo, whose lazy-module protocol would build the
+    layer during the export: export must not change the model. Refuse with the fix."""
+    from ._callers import tool_fix, under_dynamo
+
+    if not under_dynamo():
+        return
+    found = tool_fix()
+    if found is not None and found[0] == "torch.export":
+        raise UnbuiltError(
+            message(
+                module_path(module),
+                "a built model for torch.export (an export does not change the model)",
+                "an unbuilt lazy layer",
+                found[1],
+            )
+        )
+
+
 def _refuse_under_functorch(module: nn.Module) -> None:
     # torch._C._functorch.peek_interpreter_stack is private; torch.func has no public "is a
     # transform active" query. Building under grad/vmap would materialize parameters inside
@@ -229,6 +248,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         dynamo (torch.compile).
         """
         _refuse_under_functorch(module)
+        _refuse_under_export(module)
         with _BUILD_LOCK:
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
