@@ -292,3 +292,132 @@ def test_quantization_of_an_unbuilt_model_is_refused_not_skipped(inplace: bool) 
         warnings.simplefilter("ignore", UserWarning)  # torch deprecates quantized dtypes
         quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, inplace=inplace)
     assert type(quantized.fc1).__module__.startswith("torch.ao.nn.quantized.dynamic")
+
+
+# --- on_build with the first calls users write ---------------------------------------------
+
+
+class Up(nn.Module):
+    """A forward with a tuple argument (not a shape to make a tensor of)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = lazynn.LazyConv2d(4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        return nn.functional.interpolate(self.conv(x), size=size)
+
+
+class Masked(nn.Module):
+    """A forward that needs values (it cannot run on meta tensors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if mask.any():
+            x = x * mask.unsqueeze(-1)
+        return self.fc(x)
+
+
+def test_a_first_call_with_a_tuple_argument_builds_and_runs_the_queue() -> None:
+    model = Up()
+    handle = lazynn.on_build(model, lambda m: nn.init.zeros_(m.conv.bias))
+    assert model(torch.randn(1, 3, 8, 8), (16, 16)).shape == (1, 4, 16, 16)
+    assert not handle.pending
+    assert not model.conv.bias.any()
+
+
+def test_a_forward_that_needs_values_builds_as_a_first_call_and_the_queue_runs_next() -> None:
+    model = Masked()
+    x, mask = torch.randn(2, 5, 3), torch.ones(2, 5, dtype=torch.bool)
+    handle = lazynn.on_build(model, lambda m: nn.init.zeros_(m.fc.bias))
+    out = model(x, mask)  # built layer by layer, as without a queue
+    assert out.shape == (2, 5, 4)
+    assert handle.pending  # (changing parameters now would break this forward's backward)
+    out.sum().backward()
+    model(x, mask)
+    assert not handle.pending
+    assert not model.fc.bias.any()
+
+
+def test_a_queued_function_may_run_the_model() -> None:
+    """Data-dependent init (LSUV, ActNorm): the queue is off while it runs."""
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(2))
+    batch = torch.randn(16, 3)
+    runs: list[int] = []
+
+    def data_init(m: nn.Module) -> None:
+        runs.append(1)
+        with torch.no_grad():
+            m[2].bias.sub_(m(batch).mean(0))
+
+    lazynn.on_build(model, data_init)
+    model(batch)
+    assert runs == [1]
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch).mean(0), torch.zeros(2), atol=1e-6, rtol=0)
+
+
+def test_pre_hooks_see_the_call_once() -> None:
+    model = nn.Sequential(lazynn.LazyLinear(2))
+    model.register_forward_pre_hook(lambda m, args: (args[0].flatten(1),))
+    lazynn.on_build(model, lambda m: None)
+    assert model(torch.randn(4, 2, 5)).shape == (4, 2)
+    assert model[0].in_features == 10
+
+
+def test_a_copy_carries_its_queue_and_leaves_no_hooks_once_run() -> None:
+    import copy
+
+    model = Net(lazy=True)
+    lazynn.on_build(model, lambda m: nn.init.zeros_(m.fc1.bias))
+    twin = copy.deepcopy(model)
+    model(X)
+    twin(X)
+    for m in (model, twin):
+        assert not m.fc1.bias.any()
+        assert not m._forward_pre_hooks
+        assert not m._load_state_dict_post_hooks
+
+
+def test_a_custom_layer_that_keeps_its_class_counts_as_built() -> None:
+    class LazyScale(lazynn.LazyModuleMixin, nn.Module):
+        cls_to_become = None
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = lazynn.UninitializedParameter()
+
+        def initialize_parameters(self, x: torch.Tensor) -> None:
+            with torch.no_grad():
+                self.weight.materialize((x.shape[-1],))
+                self.weight.fill_(1.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.weight
+
+    model = nn.Sequential(LazyScale(), lazynn.LazyLinear(2))
+    ran: list[int] = []
+    lazynn.on_build(model, lambda m: ran.append(1))
+    model(X)
+    assert ran == [1]
+
+
+def test_a_due_layer_beside_an_unreached_one_runs() -> None:
+    class Heads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.aux = lazynn.LazyLinear(4), lazynn.LazyLinear(1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    model = Heads()
+    inner = lazynn.on_build(model.body, lambda m: nn.init.zeros_(m.bias))
+    outer = lazynn.on_build(model, lambda m: None)
+    model(X)
+    assert not inner.pending  # its layer is built (the placeholder beside it is not copied)
+    assert outer.pending
+    assert not model.body.bias.any()

@@ -66,9 +66,12 @@ class _RankAgnostic(LazyLayer, nn.Module):
         if isinstance(kernel, tuple):  # a tuple kernel fixes the rank: lay out with that class
             ranks = [r for r in ranks if self.by_rank[r] is self._class_for_spatial(len(kernel))]
             if not ranks:
+                offered = sorted(r - 2 for r in self.by_rank if not only or r in only)
                 raise ValueError(
                     f"{type(self).__name__}: a kernel_size of {len(kernel)} dimensions has no "
-                    f"{type(self).__name__.lower()} class; expected 1 to 3"
+                    f"class with these arguments; expected "
+                    + " or ".join(str(n) for n in offered)
+                    + " dimensions"
                 )
         self.__dict__["cls_to_become"] = self.by_rank[ranks[0]]  # lays out the placeholders
         self.__dict__["_lazynn_ranks"] = tuple(ranks)

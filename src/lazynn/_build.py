@@ -88,8 +88,9 @@ def _build(
     progress: bool | None = None,
     partial: bool = False,
 ) -> M:
-    """:func:`build`; ``partial``: lazy layers the examples do not reach stay unbuilt."""
-    rehearsal = rehearse(model, example_inputs, example_kwargs)
+    """:func:`build`; ``partial``: from a real call's arguments (only tensors are examples),
+    and lazy layers they do not reach stay unbuilt."""
+    rehearsal = rehearse(model, example_inputs, example_kwargs, literal=partial)
     if rehearsal.unreached and not partial:
         raise InferenceError(
             message(
@@ -477,17 +478,25 @@ def _init_steps(model: nn.Module) -> list[tuple[str, nn.Module, Any, bool]]:
     def has_meta(module: nn.Module) -> bool:
         return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
 
-    def whole(module: nn.Module) -> bool:
+    def whole(module: nn.Module, sharded: bool = False) -> bool:
         tensors = [t for m in module.modules() for t in _own_tensors(m)]
         return all(
-            t.is_meta and owners[id(t)] == 1 and type(t).__name__ != "DTensor" for t in tensors
+            t.is_meta and owners[id(t)] == 1 and (sharded or type(t).__name__ != "DTensor")
+            for t in tensors
         )
 
     def walk(path: str, module: nn.Module) -> None:
         seen.add(id(module))
-        if module in _COPY_OF and whole(module):
+        source = _COPY_OF.get(module)
+        # a copy takes values already there, or given earlier in this call (sharded alike:
+        # copies are sharded alike, so the copy is local)
+        if (
+            source is not None
+            and whole(module, sharded=True)
+            and (not has_meta(source) or id(source) in seen)
+        ):
             seen.update(id(m) for m in module.modules())
-            steps.append((path, module, _CopyFrom(_COPY_OF[module]), False))
+            steps.append((path, module, _CopyFrom(source), False))
             return
         recipe = _REBUILD.get(module)
         if recipe is not None and whole(module):

@@ -24,6 +24,7 @@ ecosystem recognizes them: ``torch.nn.parameter.is_lazy(p)`` is True, and DDP, T
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -115,6 +116,12 @@ def _func_name(func: Callable[..., Any]) -> str:
     return f"{module}.{qual}" if module and not module.startswith("torch._C") else f"torch.{qual}"
 
 
+def _distributed() -> bool:
+    """Whether a process group exists (DDP and fully_shard need one): only then do
+    placeholders look for a wrapper being constructed around them."""
+    return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
 def _raw(t: torch.Tensor) -> torch.Tensor:
     """The plain, empty tensor inside a placeholder (carries dtype and device)."""
     # torch._C.DisableTorchFunctionSubclass is private; torch.Tensor.__torch_function__ uses
@@ -186,12 +193,15 @@ class _Placeholder:
         raise self._refuse("Tensor.size()")
 
     def __hash__(self) -> int:
-        # torch.jit.trace puts each parameter in a set before its own check (whose message
-        # says to run a forward pass): refuse with lazynn's recipe. (Tensor.__hash__ does not
-        # go through __torch_function__.)
-        refusal = wrapper_refusal(self._owner())
-        if refusal is not None:
-            raise refusal
+        # torch.jit.trace puts each parameter in a set (TracedModule's check_unique) before
+        # its own check, whose message says to run a forward pass: refuse with lazynn's
+        # recipe. Only the direct caller is looked at: hashing is frequent (parameters()).
+        # (Tensor.__hash__ does not go through __torch_function__.)
+        caller = sys._getframe(1).f_code
+        if caller.co_name == "check_unique" and caller.co_filename.endswith("_trace.py"):
+            refusal = wrapper_refusal(self._owner())
+            if refusal is not None:
+                raise refusal
         return id(self)
 
     def share_memory_(self) -> Any:
@@ -253,7 +263,7 @@ class _Placeholder:
         self = args[0] if args else None
         with torch._C.DisableTorchFunctionSubclass():
             if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
-                if attr == "requires_grad" and isinstance(self, _Placeholder):
+                if attr == "requires_grad" and isinstance(self, _Placeholder) and _distributed():
                     # DDP's constructor reads requires_grad first: refuse with the recipe.
                     refusal = wrapper_refusal(self._owner())
                     if refusal is not None:

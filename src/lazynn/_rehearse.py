@@ -106,6 +106,10 @@ def as_meta(example: Any) -> Any:
     return example
 
 
+def _literal_meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
 def _shapes(value: Any) -> list[tuple[tuple[int, ...], torch.dtype]]:
     found: list[tuple[tuple[int, ...], torch.dtype]] = []
     _map_tensors(lambda t: found.append((tuple(t.shape), t.dtype)), value)
@@ -180,7 +184,11 @@ def _is_lazy_module(module: nn.Module) -> bool:
 
 
 def rehearse(
-    model: nn.Module, args: Sequence[Any], kwargs: dict[str, Any], memoize: bool = True
+    model: nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    memoize: bool = True,
+    literal: bool = False,
 ) -> Rehearsal:
     """Run ``model`` on meta versions of the examples; return what was learnt.
 
@@ -189,8 +197,12 @@ def rehearse(
     its type and the input shapes it received. ``memoize`` lets identical repeated blocks
     reuse one block's result (see ``_memo``).
     """
-    meta_args = as_meta(tuple(args))
-    meta_kwargs = as_meta(dict(kwargs))
+    if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
+        meta_args = _map_tensors(_literal_meta, tuple(args))
+        meta_kwargs = _map_tensors(_literal_meta, dict(kwargs))
+    else:
+        meta_args = as_meta(tuple(args))
+        meta_kwargs = as_meta(dict(kwargs))
     paths: dict[int, str] = {}
     for p, m in model.named_modules(remove_duplicate=False):
         paths.setdefault(id(m), p)  # a module under two names: its first, as in the rows

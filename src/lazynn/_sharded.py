@@ -139,6 +139,10 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 raise self._refuse(f"a random fill ({name})")
             return func(*args, **kwargs)
         local = target.to_local()
+        if local.device.type != "cpu":
+            # Chunked draws reproduce the CPU kernels only (module doc); elsewhere DTensor's
+            # own random ops (offset-based on CUDA) draw, and shards differ from unsharded.
+            return func(*args, **kwargs)
         if all(p.is_replicate() for p in target.placements):
             fill(local, *args[1:], **kwargs)  # every rank draws the whole tensor
             return target
