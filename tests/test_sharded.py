@@ -60,3 +60,45 @@ def test_an_explicit_generator_is_used() -> None:
     part = torch.empty(20)
     draw_slice(part, torch.Tensor.uniform_, (50,), 30, (), {"generator": gen}, chunk=16)
     assert torch.equal(part, whole[30:])
+
+
+def test_copies_of_one_lazy_layer_sharded_equal_eager_copies() -> None:
+    """nn.TransformerEncoder deep-copies its layer: eager copies share the original's values,
+    and so do lazy copies built on meta, sharded by FSDP2, then materialized (one process
+    here; tests/test_distributed.py shards over two)."""
+    import warnings
+
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import lazynn
+
+    def make(lazy: bool) -> nn.Module:
+        layer = (
+            lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16, dropout=0.0)
+            if lazy
+            else nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0)
+        )
+        return nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        x = torch.zeros(3, 5, 8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's nested-tensor note
+            torch.manual_seed(0)
+            eager = make(False)
+            torch.manual_seed(0)
+            model = lazynn.build(make(True), x, device="meta")
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        lazynn.materialize(model, "cpu")
+        theirs = dict(eager.named_parameters())
+        for name, p in model.named_parameters():
+            assert torch.equal(p.full_tensor(), theirs[name]), name
+    finally:
+        dist.destroy_process_group()
