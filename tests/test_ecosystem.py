@@ -1,24 +1,20 @@
 """The torch ecosystem sees lazynn modules as lazy, and works with them.
 
-torch.compile (dynamo's lazy-module protocol), DistributedDataParallel, TorchScript and
-DataParallel's replication refuse or build an unbuilt lazynn model the way they do torch's
-own lazy modules; ``torch.func.functional_call``, direct ``.forward()`` calls, input-reshaping
-forward pre-hooks and ``torch.func.grad`` as the first call either build the module
-correctly or fail with a clear lazynn error that leaves it unbuilt.
+torch.compile (dynamo's lazy-module protocol), TorchScript and DataParallel's replication
+refuse or build an unbuilt lazynn model the way they do torch's own lazy modules
+(DistributedDataParallel and FSDP2: tests/test_distributed.py). ``torch.func.functional_call``,
+direct ``.forward()`` calls, input-reshaping forward pre-hooks and ``torch.func.grad`` as the
+first call either build the module correctly or fail with a clear lazynn error that leaves it
+unbuilt.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as torch_mp
 from torch import nn
 from torch.func import functional_call
 
@@ -144,84 +140,7 @@ def test_compile_fullgraph_of_a_bare_lazy_layer() -> None:
     torch.testing.assert_close(y, eager(x))
 
 
-# --- DistributedDataParallel ------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _ddp_worker(rank: int, world: int, port: int, results: Any) -> None:
-    """One rank: DDP must refuse the unbuilt model, then wrap it once built."""
-    import torch.distributed as dist
-
-    report: dict[str, Any] = {"rank": rank}
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-        )
-        torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
-        model = nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(2))
-        try:
-            nn.parallel.DistributedDataParallel(model)
-            report["refusal"] = None
-        except RuntimeError as error:
-            report["refusal"] = str(error)
-        report["lazy_after_refusal"] = lazynn.is_lazy(model)
-        model(torch.randn(3, 5))
-        ddp = nn.parallel.DistributedDataParallel(model)
-        ddp(torch.randn(3, 5) + rank).sum().backward()
-        report["weights"] = [p.detach().sum().item() for p in model.parameters()]
-        report["grads"] = [p.grad.sum().item() for p in model.parameters()]
-        report["types"] = [type(m).__name__ for m in model]
-        dist.destroy_process_group()
-    except BaseException as error:  # reported to the parent, which fails the test
-        report["crash"] = repr(error)
-    results.put(report)
-
-
-def test_ddp_refuses_unbuilt_then_wraps_built() -> None:
-    world, timeout = 2, 120.0
-    ctx = torch_mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_ddp_worker, args=(r, world, port, results)) for r in range(world)]
-    for p in procs:
-        p.start()
-    reports: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(reports) < world and time.monotonic() < deadline:
-            with contextlib.suppress(queue.Empty):
-                reports.append(results.get(timeout=1.0))
-            if len(reports) < world and all(not p.is_alive() for p in procs):
-                with contextlib.suppress(queue.Empty):
-                    reports.append(results.get(timeout=5.0))
-                break
-        for p in procs:
-            p.join(max(1.0, deadline - time.monotonic()))
-    finally:
-        hung = [p for p in procs if p.is_alive()]
-        for p in hung:
-            p.terminate()
-            p.join(10)
-    assert not hung, f"DDP workers did not finish within {timeout} s"
-    codes = [p.exitcode for p in procs]
-    assert len(reports) == world, f"missing reports: {reports}, exit codes {codes}"
-    assert codes == [0] * world
-    for report in sorted(reports, key=lambda r: r["rank"]):
-        assert "crash" not in report, report
-        assert report["refusal"] is not None, "DDP wrapped an unbuilt lazynn model"
-        # lazynn's refusal (an UnbuiltError, a RuntimeError as DDP's own) names the paths
-        assert "unbuilt lazy parameters '0.weight', '0.bias', '2.weight'" in report["refusal"]
-        assert "lazynn.build(model, example)" in report["refusal"]
-        assert report["lazy_after_refusal"]
-        assert report["types"] == ["Linear", "ReLU", "Linear"]
-    # rank 0's weights were broadcast at wrap time; gradients were all-reduced.
-    assert reports[0]["weights"] == reports[1]["weights"]
-    assert reports[0]["grads"] == reports[1]["grads"]
+# --- DistributedDataParallel: tests/test_distributed.py (2 gloo ranks) -----------------------
 
 
 # --- TorchScript ------------------------------------------------------------------------------
