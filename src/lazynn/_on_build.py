@@ -17,7 +17,9 @@ lazy layer in ``module`` is built and allocated (not on meta), then runs it, onc
 Queued functions run in the order they were queued, each once. If one fails, the module's
 tensors and structure are put back as they were before the build (its real tensors are backed
 up while the queue runs: a transient copy of the module's memory) and the function stays
-queued. The queue lives in the module (a ``deepcopy`` carries it).
+queued. (After a ``load_state_dict``, "before" is after the load: torch's load is not atomic,
+and its post-hooks, where the queue runs, come before its strict-mode key check.) The queue
+lives in the module (a ``deepcopy`` carries it).
 
 Numbers: the pre-hook's build initializes in construction order, as ``lazynn.build`` does, so
 if nothing drew random numbers between construction and that call, ``on_build(model, lambda
