@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import lazynn
+from compare import assert_same_module
 
 Q, K, V = (5, 3, 8), (4, 3, 6), (4, 3, 7)
 
@@ -17,15 +18,6 @@ Q, K, V = (5, 3, 8), (4, 3, 6), (4, 3, 7)
 def inputs() -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(7)
     return tuple(torch.randn(s, generator=g) for s in (Q, K, V))
-
-
-def same(a: nn.Module, b: nn.Module) -> None:
-    assert type(a) is type(b)
-    assert list(a._parameters) == list(b._parameters)
-    assert vars(a).keys() == vars(b).keys()
-    assert [n for n, _ in a.named_parameters()] == [n for n, _ in b.named_parameters()]
-    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
-        assert torch.equal(x, y), k
 
 
 class Cross(nn.Module):
@@ -51,7 +43,7 @@ def test_first_call_infers_kdim_and_vdim_as_the_eager_layer(declared: dict[str, 
             out = model(q, k, v)
     torch.manual_seed(0)
     eager = nn.MultiheadAttention(8, 2, kdim=6, vdim=7)
-    same(model.attn, eager)
+    assert_same_module(model.attn, eager)
     assert torch.equal(out, eager(q, k, v)[0])
     # the in_proj_weight placeholder an early optimizer holds is now q_proj_weight
     assert early[0] is model.attn.q_proj_weight
@@ -79,7 +71,7 @@ def test_declared_sizes_equal_to_the_query_fuse_the_projection() -> None:
         out = layer(q, q, q)
     torch.manual_seed(0)
     eager = nn.MultiheadAttention(8, 2, kdim=8, vdim=8)
-    same(layer, eager)
+    assert_same_module(layer, eager)
     assert torch.equal(out[0], eager(q, q, q)[0])
     assert early[0] is layer.in_proj_weight
 
@@ -95,7 +87,7 @@ def test_build_and_meta_build_then_materialize_equal_eager() -> None:
         if device == "meta":
             assert model.attn.k_proj_weight.is_meta
             lazynn.materialize(model, "cpu")
-        same(model.attn, eager)
+        assert_same_module(model.attn, eager)
 
 
 def test_summary_reports_the_separate_projections_and_changes_nothing() -> None:
@@ -137,7 +129,7 @@ def test_checkpoint_of_separate_projections_builds_an_unbuilt_layer(
     else:
         with pytest.warns(UserWarning, match="kdim=6"):
             layer.load_state_dict(eager.state_dict())
-    same(layer, eager)
+    assert_same_module(layer, eager)
 
 
 def test_fused_checkpoint_into_a_layer_declared_with_the_query_size() -> None:
@@ -145,7 +137,7 @@ def test_fused_checkpoint_into_a_layer_declared_with_the_query_size() -> None:
     layer = lazynn.LazyMultiheadAttention(2, kdim=8)
     with pytest.warns(UserWarning, match="equal to embed_dim"):
         layer.load_state_dict(eager.state_dict())
-    same(layer, eager)
+    assert_same_module(layer, eager)
 
 
 def test_checkpoint_the_arguments_cannot_take_is_refused_and_changes_nothing() -> None:

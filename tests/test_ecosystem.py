@@ -19,6 +19,7 @@ from torch import nn
 from torch.func import functional_call
 
 import lazynn
+from compare import assert_same_module
 from lazynn._mixin import is_unbuilt
 from lazynn._placeholder import is_placeholder
 from registry import TENSOR_ROWS, Row, has_tensors
@@ -38,18 +39,6 @@ def assert_unbuilt(module: nn.Module, row: Row) -> None:
     assert bool(tensors) == has_tensors(row)
     for t in tensors:
         assert type(t) in (lazynn.UninitializedParameter, lazynn.UninitializedBuffer)
-
-
-def assert_same_state(lazy: nn.Module, eager: nn.Module) -> None:
-    """Same class, same state_dict bit for bit, no lazy machinery left."""
-    assert type(lazy) is type(eager)
-    assert not is_unbuilt(lazy)
-    assert not lazy._forward_pre_hooks
-    ls, es = lazy.state_dict(), eager.state_dict()
-    assert list(ls) == list(es)
-    for key in es:
-        assert type(ls[key]) is type(es[key]), key
-        assert torch.equal(ls[key], es[key]), key
 
 
 def eager_twin(row: Row, seed: int = 0) -> nn.Module:
@@ -136,8 +125,9 @@ def test_compile_fullgraph_of_a_bare_lazy_layer() -> None:
     y = torch.compile(layer, backend="inductor", fullgraph=True)(x)
     torch.manual_seed(0)
     eager = nn.Linear(5, 3)
-    assert_same_state(layer, eager)
-    torch.testing.assert_close(y, eager(x))
+    # compiled alike: torch marks a compiled module (_is_torch_compile), eager or not
+    torch.testing.assert_close(y, torch.compile(eager, backend="inductor", fullgraph=True)(x))
+    assert_same_module(layer, eager)
 
 
 # --- DistributedDataParallel: tests/test_distributed.py (2 gloo ranks) -----------------------
@@ -214,7 +204,12 @@ def test_functional_call_with_real_tensors_builds_own_placeholders(row: Row) -> 
     y = row.out(functional_call(layer, copies, row.args(layer, x)))
     # the module's own placeholders were built (same objects), under the current seed
     assert {n: id(t) for n, t in (*layer.named_parameters(), *layer.named_buffers())} == own
-    assert_same_state(layer, eager_twin(row, seed=0))
+    # the eager twin through the same call: nn.RNN keeps the substitutes in _flat_weights
+    # after a functional_call (torch's own behaviour; its next forward refreshes them)
+    twin = eager_twin(row, seed=0)
+    twin_copies = {k: v.clone() for k, v in substitutes.items()}
+    functional_call(twin, twin_copies, row.args(twin, x))
+    assert_same_module(layer, twin)
     reference = eager_twin(row, seed=123)
     expected = functional_call(reference, dict(reference.state_dict()), row.args(reference, x))
     assert torch.equal(y, row.out(expected))
@@ -228,7 +223,7 @@ def test_functional_call_with_own_placeholders_builds(row: Row) -> None:
     y = row.out(functional_call(layer, own, row.args(layer, x)))
     eager = eager_twin(row)
     assert torch.equal(y, row.call(eager, x))
-    assert_same_state(layer, eager)
+    assert_same_module(layer, eager)
     for name, t in own.items():  # the dict's placeholders are the built tensors
         assert not is_placeholder(t), name
         assert t is dict((*layer.named_parameters(), *layer.named_buffers()))[name]
@@ -254,7 +249,7 @@ def test_direct_forward_call_is_refused_clearly(row: Row) -> None:
     y = row.call(layer, x)
     eager = eager_twin(row)
     assert torch.equal(y, row.call(eager, x))
-    assert_same_state(layer, eager)
+    assert_same_module(layer, eager)
 
 
 @pytest.mark.parametrize("with_kwargs", [False, True])
@@ -296,10 +291,10 @@ def test_func_grad_over_functional_call_first_call(row: Row) -> None:
         row.call(layer, x)
         eager = eager_twin(row)
         row.call(eager, x)
-        assert_same_state(layer, eager)
+        assert_same_module(layer, eager)
     else:  # it worked: the module is built, equal to eager, and the gradients are right
         eager = eager_twin(row)
-        assert_same_state(layer, eager)
+        assert_same_module(layer, eager)
         expected = torch.func.grad(
             lambda p: row.out(functional_call(eager, p, row.args(eager, x))).sum()
         )(dict(eager.named_parameters()))

@@ -12,25 +12,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from compare import assert_same_module
 from lazynn._errors import shape_str
 from registry import ROWS, UNBATCHED, Row
-
-
-def assert_identical(lazy: torch.nn.Module, eager: torch.nn.Module) -> None:
-    assert type(lazy) is type(eager)
-    assert repr(lazy) == repr(eager)
-    assert vars(lazy).keys() == vars(eager).keys()
-    assert not lazy._forward_pre_hooks
-    assert not lazy._load_state_dict_pre_hooks
-    ls, es = lazy.state_dict(), eager.state_dict()
-    assert list(ls) == list(es)
-    for key in es:
-        assert type(ls[key]) is type(es[key]), key
-        assert ls[key].dtype == es[key].dtype, key
-        assert torch.equal(ls[key], es[key]), key
-    for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(), strict=True):
-        assert type(p) is type(q) is torch.nn.Parameter, name
-        assert p.requires_grad == q.requires_grad
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
@@ -54,7 +38,7 @@ def test_lazy_equals_eager(row: Row, data: st.DataObject, seed: int, train: bool
     if row.sized:
         assert row.size(lazy) == row.size(eager) == size, shape_str(x.shape)
     assert torch.equal(y_lazy, y_eager)
-    assert_identical(lazy, eager)
+    assert_same_module(lazy, eager)
     y_lazy.sum().backward()
     y_eager.sum().backward()
     # a parameter the forward did not use (a cluster no target fell in) has no gradient

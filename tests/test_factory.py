@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import lazynn
+from compare import assert_same_module
 
 
 class Gate(nn.Module):
@@ -45,14 +46,6 @@ LazyGate = lazynn.lazy(Gate, features=lazynn.Infer(dim=-1))
 LazyPlain = lazynn.lazy(Plain, width=lazynn.Infer(dim=-1))
 
 
-def same(a: nn.Module, b: nn.Module) -> None:
-    assert type(a) is type(b)
-    assert vars(a).keys() == vars(b).keys()
-    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
-        assert x.dtype == y.dtype, k
-        assert torch.equal(x, y), k
-
-
 @pytest.mark.parametrize(("lazy", "eager", "kwargs"), [
     (LazyGate, Gate, {"scale": 2.0}),
     (LazyPlain, Plain, {"out": 3}),
@@ -66,7 +59,7 @@ def test_lazy_class_equals_eager_after_first_call(lazy, eager, kwargs) -> None: 
     y = layer(x)
     torch.manual_seed(0)
     twin = eager(5, **kwargs)
-    same(layer, twin)
+    assert_same_module(layer, twin)
     assert torch.equal(y, twin(x))
     assert not layer._forward_pre_hooks
 
@@ -94,7 +87,7 @@ def test_unbuilt_copies_pickles_and_checkpoints() -> None:
     buffer.seek(0)
     target = LazyGate(scale=3.0).double()
     target.load_state_dict(torch.load(buffer))
-    same(target, clone)
+    assert_same_module(target, clone)
 
 
 def test_bad_input_leaves_it_unbuilt_and_names_it() -> None:
@@ -112,13 +105,13 @@ def test_meta_build_and_materialize() -> None:
     model = lazynn.build(nn.Sequential(LazyPlain(out=2), nn.ReLU()), (3, 6), device="meta")
     lazynn.materialize(model)
     torch.manual_seed(0)
-    same(model[0], Plain(6, 2))
+    assert_same_module(model[0], Plain(6, 2))
     # Gate has no reset_parameters(): a lazy Gate is constructed as Gate(...) constructs,
     torch.manual_seed(0)
     gated = lazynn.build(nn.Sequential(LazyGate(scale=2.0)), (3, 6), device="meta")
     lazynn.materialize(gated)
     torch.manual_seed(0)
-    same(gated[0], Gate(6, scale=2.0))
+    assert_same_module(gated[0], Gate(6, scale=2.0))
     # but an eager Gate made on meta cannot be initialized, and materialize says so.
     with torch.device("meta"):
         eager_on_meta = Gate(6)
@@ -136,7 +129,7 @@ def test_a_torch_layer_in_one_line() -> None:
     y = layer(x)
     torch.manual_seed(0)
     eager = nn.GroupNorm(3, 6, affine=True)
-    same(layer, eager)
+    assert_same_module(layer, eager)
     assert torch.equal(y, eager(x))
 
 

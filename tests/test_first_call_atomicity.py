@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 import lazynn
+from compare import assert_same_module
 from lazynn._mixin import is_unbuilt
 from registry import PARAMETER_ROWS, ROWS, TENSOR_ROWS, Row
 
@@ -74,23 +75,6 @@ class Before:
             assert lazynn.is_lazy(t), name  # ...still placeholders
         if rng:
             assert torch.equal(torch.get_rng_state(), self.rng)
-
-
-def assert_equals_eager(lazy: nn.Module, eager: nn.Module) -> None:
-    """Exactly the eager class, no lazy machinery left, state bit-equal."""
-    assert type(lazy) is type(eager)
-    assert not lazynn.is_lazy(lazy)
-    assert not lazy._forward_pre_hooks
-    assert not [k for k in vars(lazy) if k.startswith("_lazynn_")]
-    assert vars(lazy).keys() == vars(eager).keys()
-    assert repr(lazy) == repr(eager)
-    ls, es = lazy.state_dict(), eager.state_dict()
-    assert list(ls) == list(es)
-    for key in es:
-        assert type(ls[key]) is type(es[key]), key
-        assert ls[key].dtype == es[key].dtype, key
-        assert ls[key].device == es[key].device, key
-        assert torch.equal(ls[key], es[key]), key
 
 
 def eager_twin(row: Row, seed: int = 0) -> nn.Module:
@@ -214,7 +198,7 @@ def test_forward_failing_after_build_is_rolled_back(case: Failing) -> None:
     torch.manual_seed(0)
     eager = case.eager().train()
     assert torch.equal(y, eager(x))
-    assert_equals_eager(layer, eager)
+    assert_same_module(layer, eager)
 
 
 def test_forward_failure_rolls_back_the_rng_draws_of_the_build() -> None:
@@ -263,7 +247,7 @@ def test_nested_model_forward_failure() -> None:
     eager = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4, momentum=None))
     assert torch.equal(y, eager(x))
     for lazy_layer, eager_layer in zip(model, eager, strict=True):
-        assert_equals_eager(lazy_layer, eager_layer)
+        assert_same_module(lazy_layer, eager_layer)
 
 
 # --- 3. an input on another device -----------------------------------------------------------
@@ -400,7 +384,7 @@ def test_initialize_parameters_builds_completely(row: Row) -> None:
     torch.manual_seed(0)
     layer.initialize_parameters(*row.args(layer, x))
     eager = eager_twin(row)
-    assert_equals_eager(layer, eager)  # eager class, no pre-hook, no _lazynn_ attributes
+    assert_same_module(layer, eager)  # eager class, no pre-hook, no _lazynn_ attributes
     assert all(a is b for a, b in zip((t for _, t in tensors_of(layer)), tensors, strict=True))
     layer.eval()
     eager.eval()
@@ -498,7 +482,7 @@ def test_declared_on_meta_then_to_empty_builds_on_cpu(make: Callable[[], nn.Modu
     torch.manual_seed(7)  # ...so the eager twin is nn.Linear made on CPU under that seed
     eager = nn.Linear(5, 3)
     assert all(t.device.type == "cpu" for _, t in tensors_of(layer))
-    assert_equals_eager(layer, eager)
+    assert_same_module(layer, eager)
     assert torch.equal(y, eager(x))
 
 

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 import lazynn
+from compare import assert_same_module
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -171,25 +172,6 @@ def assert_same_output(ours: Any, theirs: Any) -> None:
         assert_same_output(a, b)
 
 
-def assert_same_state(lazy: nn.Module, eager: nn.Module) -> None:
-    """Exactly the eager class, no lazy machinery left, state_dict bit-equal."""
-    assert type(lazy) is type(eager)
-    assert not lazynn.is_lazy(lazy)
-    assert not lazy._forward_pre_hooks
-    assert not [k for k in vars(lazy) if k.startswith("_lazynn")]
-    assert vars(lazy).keys() == vars(eager).keys()
-    assert repr(lazy) == repr(eager)
-    ls, es = lazy.state_dict(), eager.state_dict()
-    assert list(ls) == list(es)
-    for key in es:
-        assert type(ls[key]) is type(es[key]), key
-        assert ls[key].dtype == es[key].dtype, key
-        assert torch.equal(ls[key], es[key]), key
-    for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(), strict=True):
-        assert type(p) is nn.Parameter, name
-        assert p.requires_grad == q.requires_grad, name
-
-
 def placeholders(module: nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
@@ -242,7 +224,7 @@ def test_first_call_equals_eager(case: Case, train: bool, seed: int) -> None:
     assert type(lazy) is case.cls
     assert case.sizes(lazy) == case.sizes(eager)
     assert_same_output(y_lazy, y_eager)
-    assert_same_state(lazy, eager)
+    assert_same_module(lazy, eager)
     sum(t.sum() for t in tensors(y_lazy) if t.is_floating_point()).backward()
     sum(t.sum() for t in tensors(y_eager) if t.is_floating_point()).backward()
     for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(), strict=True):
@@ -260,7 +242,7 @@ def test_other_sizes_build_their_own_twin(case: Case) -> None:
     torch.manual_seed(3)
     eager = case.other()
     assert_same_output(y_lazy, eager(*a, **k))
-    assert_same_state(lazy, eager)
+    assert_same_module(lazy, eager)
     assert case.sizes(lazy) == case.sizes(eager)
     assert case.sizes(eager) != case.sizes(case.eager())
 
@@ -318,7 +300,7 @@ def assert_retry_equals_eager(case: Case, lazy: nn.Module, seed: int, good: Inpu
     torch.manual_seed(seed)
     eager = case.eager()
     assert_same_output(y, eager(*a, **k))
-    assert_same_state(lazy, eager)
+    assert_same_module(lazy, eager)
 
 
 @pytest.mark.parametrize("bad", BAD, ids=lambda b: b.id)

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import lazynn
+from compare import assert_same_module
 
 
 def flat(value: Any) -> list[torch.Tensor]:
@@ -24,13 +25,6 @@ def flat(value: Any) -> list[torch.Tensor]:
     if hasattr(value, "data") and hasattr(value, "batch_sizes"):
         return [value.data]
     return [t for v in value for t in flat(v)]
-
-
-def same_state(a: nn.Module, b: nn.Module) -> None:
-    assert type(a) is type(b)
-    assert vars(a).keys() == vars(b).keys()
-    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
-        assert torch.equal(x, y), k
 
 
 CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[], nn.Module], Callable[[], tuple]]] = {
@@ -66,7 +60,7 @@ def test_equals_eager_after_first_call(name: str) -> None:
         torch.manual_seed(0)
         eager = make_eager()
         expected = eager(*inputs)
-    same_state(lazy, eager)
+    assert_same_module(lazy, eager)
     for a, b in zip(flat(out), flat(expected), strict=True):
         assert torch.equal(a, b)
 
@@ -80,7 +74,7 @@ def test_checkpoint_builds_an_unbuilt_twin(name: str) -> None:
         eager = make_eager()
         target = make_lazy()
     target.load_state_dict(eager.state_dict())
-    same_state(target, eager)
+    assert_same_module(target, eager)
 
 
 def test_build_of_a_recurrent_tagger() -> None:
@@ -103,4 +97,4 @@ def test_build_of_a_recurrent_tagger() -> None:
         nn.LayerNorm(8), nn.Linear(8, 3)
     for mine, theirs in ((model.emb, emb), (model.lstm, lstm), (model.norm, norm),
                          (model.head, head)):
-        same_state(mine, theirs)
+        assert_same_module(mine, theirs)

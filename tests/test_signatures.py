@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import typing
-import weakref
 from typing import Any
 
 import pytest
@@ -22,9 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import lazynn
+from compare import assert_same_module
 from registry import ROWS, Row
-
-_MODULE_KEYS = frozenset(nn.Module().__dict__)
 
 
 def params(signature: inspect.Signature) -> list[tuple[str, Any, Any]]:
@@ -365,38 +363,6 @@ def test_alternatives_cover_every_eager_option(row: Row) -> None:
     assert sorted(alternatives(row)) == sorted(eager)
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equal attribute values: tensors bit for bit, containers element-wise (an RNN's
-    ``_flat_weights``), weak references by what they refer to."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
-    if isinstance(a, weakref.ref):
-        return isinstance(b, weakref.ref) and same(a(), b())
-    return bool(a == b)
-
-
-def assert_same_layer(lazy: nn.Module, eager: nn.Module) -> None:
-    assert type(lazy) is type(eager)
-    assert not lazynn.is_lazy(lazy)
-    assert not lazy._forward_pre_hooks
-    assert repr(lazy) == repr(eager)
-    assert vars(lazy).keys() == vars(eager).keys()
-    for key, value in vars(eager).items():
-        if key not in _MODULE_KEYS:
-            assert same(vars(lazy)[key], value), key
-    ls, es = lazy.state_dict(), eager.state_dict()
-    assert list(ls) == list(es)
-    for key in es:
-        assert type(ls[key]) is type(es[key]), key
-        assert ls[key].dtype == es[key].dtype, key
-        assert torch.equal(ls[key], es[key]), key
-    for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(), strict=True):
-        assert type(p) is nn.Parameter, name
-        assert p.requires_grad == q.requires_grad, name
-
-
 def build_both(
     row: Row, options: dict[str, Any], positional: tuple[Any, ...] = ()
 ) -> tuple[nn.Module, nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -438,7 +404,7 @@ def test_every_option_is_accepted(row: Row, setting: dict[str, Any]) -> None:
         return
     lazy, eager, _, y_lazy, y_eager = build_both(row, options)
     assert torch.equal(y_lazy, y_eager)
-    assert_same_layer(lazy, eager)
+    assert_same_module(lazy, eager)
 
 
 def test_batch_norm_without_bias() -> None:
@@ -454,7 +420,7 @@ def test_batch_norm_without_bias() -> None:
     assert layer.weight is not None
     assert "bias" not in layer.state_dict()
     assert torch.equal(y, eager(x))
-    assert_same_layer(layer, eager)
+    assert_same_module(layer, eager)
 
 
 #: positional_options of the layers made with lazynn.lazy, and of the rank-agnostic pools
@@ -583,7 +549,7 @@ def test_every_option_is_accepted_by_position(row: Row) -> None:
     if any(n == "dtype" for n, _, _ in signature):  # (the pools and Dropout take none)
         assert x.dtype == torch.float64
     assert torch.equal(y_lazy, y_eager)
-    assert_same_layer(lazy, eager)
+    assert_same_module(lazy, eager)
     # ...and each positional value landed where its name says.
     for name, value in zip(names, positional, strict=True):
         if name in ("device", "dtype", "bias"):
