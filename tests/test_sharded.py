@@ -9,6 +9,7 @@ for many sizes, chunkings, slices and dtypes: a kernel change fails here first.
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 import torch
 from hypothesis import given, settings
 
@@ -100,5 +101,26 @@ def test_copies_of_one_lazy_layer_sharded_equal_eager_copies() -> None:
         theirs = dict(eager.named_parameters())
         for name, p in model.named_parameters():
             assert torch.equal(p.full_tensor(), theirs[name]), name
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_placement_other_than_dim_0_is_refused_and_changes_nothing() -> None:
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+
+    import lazynn
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (2, 3), device="meta")
+        fully_shard(model, mesh=mesh, shard_placement_fn=lambda p: Shard(p.dim() - 1))
+        with pytest.raises(lazynn.LazynnError, match=r"'0'.*sharded on dim 0.*Shard\(dim=1\)"):
+            lazynn.materialize(model, "cpu")
+        assert all(p.is_meta for p in model.parameters())
     finally:
         dist.destroy_process_group()
