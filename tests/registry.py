@@ -65,7 +65,7 @@ class Row:
     out: Callable[[Any], torch.Tensor] = _same
     #: (options, inferred size) -> the eager constructor's inferred arguments, for a layer
     #: that infers more than one (Bilinear). Default: ``{inferred: size}`` (``{}`` for a
-    #: layer that infers none: the rank-agnostic pools and Dropout)
+    #: layer that infers none: the rank-agnostic pools and ChannelDropout)
     eager_sizes: Callable[[Options, int], dict[str, Any]] | None = None
     #: the test id, for a lazy class with several rows (a rank-agnostic one: "Conv-2d").
     #: Default: the lazy class's name
@@ -83,7 +83,7 @@ class Row:
 
     @property
     def sized(self) -> bool:
-        """Whether the layer infers a size (the rank-agnostic pools and Dropout infer only
+        """Whether the layer infers a size (the rank-agnostic pools and ChannelDropout infer only
         their class)."""
         return bool(self.inferred)
 
@@ -497,7 +497,7 @@ for _rank, _eagers in enumerate(
         list(lazynn.BatchNorm.by_rank.values())[1:], lazynn.InstanceNorm.by_rank.values(),
         lazynn.MaxPool.by_rank.values(), lazynn.AvgPool.by_rank.values(),
         lazynn.AdaptiveAvgPool.by_rank.values(), lazynn.AdaptiveMaxPool.by_rank.values(),
-        lazynn.Dropout.by_rank.values(), strict=True),
+        lazynn.ChannelDropout.by_rank.values(), strict=True),
     start=1,
 ):
     _conv, _conv_t, _bn, _in, _max, _avg, _aavg, _amax, _drop = _eagers
@@ -524,7 +524,7 @@ for _rank, _eagers in enumerate(
                   _pool_shape, _any_size, {"output_size": 2}, out=_joined),
         # simple: p=0.0, so that separately called twins agree (the hypothesis options draw
         # p=0.5 too, where both draw the same mask)
-        _agnostic(lazynn.Dropout, _drop, _rank, "",
+        _agnostic(lazynn.ChannelDropout, _drop, _rank, "",
                   st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
                   _pool_shape, _any_size, {"p": 0.0}),
     ]

@@ -176,7 +176,7 @@ def test_kernel_larger_than_input(row: Row) -> None:
 @pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int64], ids=str)
 def test_wrong_dtype(row: Row, dtype: torch.dtype) -> None:
-    """(A layer without tensors has no dtype of its own: the pools and Dropout.)"""
+    """(A layer without tensors has no dtype of its own: the pools and ChannelDropout.)"""
     if getattr(row.lazy, "any_float_input", False) and dtype.is_floating_point:
         pytest.skip(f"{row.eager.__name__} computes any floating input (it warns), as lazynn does")
     bad = row.example().to(dtype)

@@ -258,7 +258,7 @@ def test_nested_model_forward_failure() -> None:
 def test_input_on_another_device_is_refused_before_the_build(
     row: Row, layer_device: str, input_device: str
 ) -> None:
-    """(A layer without tensors has no device of its own: the pools and Dropout.)"""
+    """(A layer without tensors has no device of its own: the pools and ChannelDropout.)"""
     x = row.example().to(input_device)
     layer = row.lazy(**row.simple, device=layer_device)
     before = Before(layer)
@@ -429,7 +429,7 @@ def _zero_cases() -> Iterator[tuple[str, Callable[[], nn.Module], tuple[int, ...
     yield "LazyLinear-(2, 0)", lambda: lazynn.LazyLinear(3), (2, 0), plain
     yield "LazyConv2d-(1, 0, 5, 5)", lambda: lazynn.LazyConv2d(3, 3), (1, 0, 5, 5), plain
     for row in ROWS:
-        if row.sized:  # (the pools and Dropout infer no size)
+        if row.sized:  # (the pools and ChannelDropout infer no size)
             yield (
                 f"{row.id}-registry",
                 lambda row=row: row.lazy(**row.simple),  # type: ignore[misc]

@@ -34,7 +34,7 @@ CASES: list[tuple[type[nn.Module], tuple[Any, ...], dict[int, type[nn.Module]], 
      {3: nn.AdaptiveAvgPool1d, 4: nn.AdaptiveAvgPool2d, 5: nn.AdaptiveAvgPool3d}, None),
     (lazynn.AdaptiveMaxPool, (2,),
      {3: nn.AdaptiveMaxPool1d, 4: nn.AdaptiveMaxPool2d, 5: nn.AdaptiveMaxPool3d}, None),
-    (lazynn.Dropout, (0.5,), {3: nn.Dropout1d, 4: nn.Dropout2d, 5: nn.Dropout3d}, None),
+    (lazynn.ChannelDropout, (0.5,), {3: nn.Dropout1d, 4: nn.Dropout2d, 5: nn.Dropout3d}, None),
 ]
 IDS = [c[0].__name__ for c in CASES]
 
@@ -72,7 +72,7 @@ def test_repr_copies_pickle_and_direct_forward() -> None:
 def test_build_and_summary_choose_the_same_classes() -> None:
     def model() -> nn.Sequential:
         return nn.Sequential(lazynn.Conv(4, 3), lazynn.BatchNorm(), nn.ReLU(), lazynn.MaxPool(2),
-                             lazynn.Dropout(0.1), nn.Flatten(), lazynn.LazyLinear(2))
+                             lazynn.ChannelDropout(0.1), nn.Flatten(), lazynn.LazyLinear(2))
 
     summary = lazynn.summary(model(), (2, 3, 10, 10))
     assert [r.type for r in summary.rows[1:6]] == [

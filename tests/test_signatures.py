@@ -98,7 +98,7 @@ def test_signature_is_the_eager_one_without_the_inferred_argument(row: Row) -> N
     eager = params(eager_signature(cls))
     # the inferred arguments come first in torch.nn, except where the table says
     position = INFERRED_POSITION.get(cls, 0)
-    inferred = row.inferred_args  # (none for the pools and Dropout, two for Bilinear)
+    inferred = row.inferred_args  # (none for the pools and ChannelDropout, two for Bilinear)
     assert tuple(p[0] for p in eager[position : position + len(inferred)]) == inferred
     expected = [p for p in eager if p[0] not in inferred]
     assert lazy_params(row) == expected
@@ -310,7 +310,7 @@ for _ranked in (*lazynn.AdaptiveAvgPool.by_rank.values(),
     ALTERNATIVES[_ranked] = {"output_size": [{"output_size": 1}, {"output_size": 3}]}
     if "return_indices" in inspect.signature(_ranked).parameters:
         ALTERNATIVES[_ranked]["return_indices"] = [{"return_indices": True}]
-for _ranked in lazynn.Dropout.by_rank.values():
+for _ranked in lazynn.ChannelDropout.by_rank.values():
     ALTERNATIVES[_ranked] = {"p": [{"p": 0.5}, {"p": 1.0}], "inplace": [{"inplace": True}]}
 
 
@@ -481,7 +481,7 @@ for _ranked in lazynn.AdaptiveAvgPool.by_rank.values():
     POSITIONAL[_ranked] = (3,)  # output_size
 for _ranked in lazynn.AdaptiveMaxPool.by_rank.values():
     POSITIONAL[_ranked] = (3, True)  # output_size, return_indices
-for _ranked in lazynn.Dropout.by_rank.values():
+for _ranked in lazynn.ChannelDropout.by_rank.values():
     POSITIONAL[_ranked] = (0.25, True)  # p, inplace
 #: where an option lands when the eager class keeps no attribute of its name
 _TRANSFORMER_LAYER_READERS = {
@@ -546,7 +546,7 @@ def test_every_option_is_accepted_by_position(row: Row) -> None:
         n: torch.float64 for n, k, _ in signature if n == "dtype" and k is k.KEYWORD_ONLY
     }
     lazy, eager, x, y_lazy, y_eager = build_both(row, keywords, positional)
-    if any(n == "dtype" for n, _, _ in signature):  # (the pools and Dropout take none)
+    if any(n == "dtype" for n, _, _ in signature):  # (the pools and ChannelDropout take none)
         assert x.dtype == torch.float64
     assert torch.equal(y_lazy, y_eager)
     assert_same_module(lazy, eager)

@@ -12,9 +12,9 @@ from ._agnostic import AdaptiveAvgPool as AdaptiveAvgPool
 from ._agnostic import AdaptiveMaxPool as AdaptiveMaxPool
 from ._agnostic import AvgPool as AvgPool
 from ._agnostic import BatchNorm as BatchNorm
+from ._agnostic import ChannelDropout as ChannelDropout
 from ._agnostic import Conv as Conv
 from ._agnostic import ConvTranspose as ConvTranspose
-from ._agnostic import Dropout as Dropout
 from ._agnostic import InstanceNorm as InstanceNorm
 from ._agnostic import MaxPool as MaxPool
 from ._build import build as build
@@ -77,10 +77,10 @@ __all__ = [
     "AdaptiveMaxPool",
     "AvgPool",
     "BatchNorm",
+    "ChannelDropout",
     "CheckpointError",
     "Conv",
     "ConvTranspose",
-    "Dropout",
     "Infer",
     "InferenceError",
     "InstanceNorm",

@@ -40,9 +40,9 @@ __all__ = [
     "AdaptiveMaxPool",
     "AvgPool",
     "BatchNorm",
+    "ChannelDropout",
     "Conv",
     "ConvTranspose",
-    "Dropout",
     "InstanceNorm",
     "MaxPool",
 ]
@@ -386,8 +386,9 @@ class AdaptiveMaxPool(_ShapeOnly):
         self._agnostic_setup((output_size,), output_size=output_size, return_indices=return_indices)
 
 
-class Dropout(_ShapeOnly):
-    """``nn.Dropout1d/2d/3d`` (channel dropout) by the input's rank (3, 4 or 5)."""
+class ChannelDropout(_ShapeOnly):
+    """``nn.Dropout1d/2d/3d`` (channel dropout: whole channels zeroed) by the input's rank
+    (3, 4 or 5). Not element dropout: that is ``nn.Dropout``, which needs no size."""
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.Dropout1d,
