@@ -28,7 +28,7 @@ from torch.func import functional_call, grad, jacrev, vmap
 
 import lazynn
 from lazynn._mixin import is_unbuilt
-from lazynn._placeholder import is_placeholder
+from lazynn._tensors import is_placeholder
 
 #: the input every test uses: (N, C, H, W) = (2, 3, 8, 8), so Linear sees 4 * 6 * 6 features
 SHAPE = (2, 3, 8, 8)

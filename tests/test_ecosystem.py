@@ -21,7 +21,7 @@ from torch.func import functional_call
 import lazynn
 from compare import assert_same_module
 from lazynn._mixin import is_unbuilt
-from lazynn._placeholder import is_placeholder
+from lazynn._tensors import is_placeholder
 from registry import TENSOR_ROWS, Row, has_tensors
 
 

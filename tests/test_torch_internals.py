@@ -29,10 +29,11 @@ from torch.nn.modules.lazy import LazyModuleMixin as TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 import lazynn
-from lazynn._agnostic import _RankAgnostic
-from lazynn._declare import _MODULE_KEYS
+from lazynn._layer import LazyLayer
+from lazynn._layers.agnostic import _RankAgnostic
+from lazynn._construct import MODULE_KEYS as _MODULE_KEYS
 from lazynn._mixin import is_unbuilt
-from lazynn._placeholder import _raw
+from lazynn._tensors import raw as _raw
 from registry import Row
 
 # --- torch._C.DisableTorchFunctionSubclass ----------------------------------------------------
@@ -175,7 +176,7 @@ def test_torch_mixin_has_the_expected_methods() -> None:
 
 @pytest.mark.parametrize("name", _TORCH_MIXIN_CALLABLES)
 def test_every_torch_mixin_method_is_overridden(name: str) -> None:
-    assert name in vars(lazynn.LazyModuleMixin) or name in vars(lazynn.LazyLayer), (
+    assert name in vars(lazynn.LazyModuleMixin) or name in vars(LazyLayer), (
         f"torch.nn.modules.lazy.LazyModuleMixin.{name} is not overridden by lazynn"
     )
 
@@ -183,7 +184,7 @@ def test_every_torch_mixin_method_is_overridden(name: str) -> None:
 def test_every_layer_resolves_the_mixin_methods_to_lazynn(row: Row) -> None:
     # (a rank-agnostic layer chooses its class in its own initialize_parameters, which then
     # builds as LazyLayer's)
-    owners = (lazynn.LazyModuleMixin, lazynn.LazyLayer, *((_RankAgnostic,) if row.agnostic else ()))
+    owners = (lazynn.LazyModuleMixin, LazyLayer, *((_RankAgnostic,) if row.agnostic else ()))
     for name in _TORCH_MIXIN_CALLABLES:
         owner = next(c for c in row.lazy.__mro__ if name in vars(c))
         if name == "__init__":

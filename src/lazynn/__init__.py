@@ -8,57 +8,58 @@ torch.Size([2, 10])
 ('Linear', 1568)
 """
 
-from ._agnostic import AdaptiveAvgPool as AdaptiveAvgPool
-from ._agnostic import AdaptiveMaxPool as AdaptiveMaxPool
-from ._agnostic import AvgPool as AvgPool
-from ._agnostic import BatchNorm as BatchNorm
-from ._agnostic import ChannelDropout as ChannelDropout
-from ._agnostic import Conv as Conv
-from ._agnostic import ConvTranspose as ConvTranspose
-from ._agnostic import InstanceNorm as InstanceNorm
-from ._agnostic import MaxPool as MaxPool
+from importlib.metadata import version as _version
+
 from ._build import build as build
-from ._build import materialize as materialize
-from ._conv import LazyConv1d as LazyConv1d
-from ._conv import LazyConv2d as LazyConv2d
-from ._conv import LazyConv3d as LazyConv3d
-from ._conv import LazyConvTranspose1d as LazyConvTranspose1d
-from ._conv import LazyConvTranspose2d as LazyConvTranspose2d
-from ._conv import LazyConvTranspose3d as LazyConvTranspose3d
-from ._declare import UNKNOWN as UNKNOWN
-from ._declare import Infer as Infer
-from ._declare import LazyLayer as LazyLayer
 from ._errors import CheckpointError as CheckpointError
 from ._errors import InferenceError as InferenceError
 from ._errors import LazynnError as LazynnError
 from ._errors import UnbuiltError as UnbuiltError
 from ._factory import lazy as lazy
-from ._linear import LazyLinear as LazyLinear
+from ._infer import UNKNOWN as UNKNOWN
+from ._infer import Infer as Infer
+from ._layers.activation import LazyPReLU as LazyPReLU
+from ._layers.agnostic import AdaptiveAvgPool as AdaptiveAvgPool
+from ._layers.agnostic import AdaptiveMaxPool as AdaptiveMaxPool
+from ._layers.agnostic import AvgPool as AvgPool
+from ._layers.agnostic import BatchNorm as BatchNorm
+from ._layers.agnostic import ChannelDropout as ChannelDropout
+from ._layers.agnostic import Conv as Conv
+from ._layers.agnostic import ConvTranspose as ConvTranspose
+from ._layers.agnostic import InstanceNorm as InstanceNorm
+from ._layers.agnostic import MaxPool as MaxPool
+from ._layers.attention import LazyMultiheadAttention as LazyMultiheadAttention
+from ._layers.conv import LazyConv1d as LazyConv1d
+from ._layers.conv import LazyConv2d as LazyConv2d
+from ._layers.conv import LazyConv3d as LazyConv3d
+from ._layers.conv import LazyConvTranspose1d as LazyConvTranspose1d
+from ._layers.conv import LazyConvTranspose2d as LazyConvTranspose2d
+from ._layers.conv import LazyConvTranspose3d as LazyConvTranspose3d
+from ._layers.linear import LazyBilinear as LazyBilinear
+from ._layers.linear import LazyLinear as LazyLinear
+from ._layers.loss import LazyAdaptiveLogSoftmaxWithLoss as LazyAdaptiveLogSoftmaxWithLoss
+from ._layers.loss import LazyLinearCrossEntropyLoss as LazyLinearCrossEntropyLoss
+from ._layers.norm import LazyBatchNorm1d as LazyBatchNorm1d
+from ._layers.norm import LazyBatchNorm2d as LazyBatchNorm2d
+from ._layers.norm import LazyBatchNorm3d as LazyBatchNorm3d
+from ._layers.norm import LazyGroupNorm as LazyGroupNorm
+from ._layers.norm import LazyInstanceNorm1d as LazyInstanceNorm1d
+from ._layers.norm import LazyInstanceNorm2d as LazyInstanceNorm2d
+from ._layers.norm import LazyInstanceNorm3d as LazyInstanceNorm3d
+from ._layers.norm import LazyLayerNorm as LazyLayerNorm
+from ._layers.norm import LazyRMSNorm as LazyRMSNorm
+from ._layers.norm import LazySyncBatchNorm as LazySyncBatchNorm
+from ._layers.recurrent import LazyGRU as LazyGRU
+from ._layers.recurrent import LazyGRUCell as LazyGRUCell
+from ._layers.recurrent import LazyLSTM as LazyLSTM
+from ._layers.recurrent import LazyLSTMCell as LazyLSTMCell
+from ._layers.recurrent import LazyRNN as LazyRNN
+from ._layers.recurrent import LazyRNNCell as LazyRNNCell
+from ._layers.transformer import LazyTransformer as LazyTransformer
+from ._layers.transformer import LazyTransformerDecoderLayer as LazyTransformerDecoderLayer
+from ._layers.transformer import LazyTransformerEncoderLayer as LazyTransformerEncoderLayer
+from ._materialize import materialize as materialize
 from ._mixin import LazyModuleMixin as LazyModuleMixin
-from ._more import LazyAdaptiveLogSoftmaxWithLoss as LazyAdaptiveLogSoftmaxWithLoss
-from ._more import LazyBilinear as LazyBilinear
-from ._more import LazyGroupNorm as LazyGroupNorm
-from ._more import LazyGRU as LazyGRU
-from ._more import LazyGRUCell as LazyGRUCell
-from ._more import LazyLayerNorm as LazyLayerNorm
-from ._more import LazyLinearCrossEntropyLoss as LazyLinearCrossEntropyLoss
-from ._more import LazyLSTM as LazyLSTM
-from ._more import LazyLSTMCell as LazyLSTMCell
-from ._more import LazyMultiheadAttention as LazyMultiheadAttention
-from ._more import LazyPReLU as LazyPReLU
-from ._more import LazyRMSNorm as LazyRMSNorm
-from ._more import LazyRNN as LazyRNN
-from ._more import LazyRNNCell as LazyRNNCell
-from ._more import LazySyncBatchNorm as LazySyncBatchNorm
-from ._more import LazyTransformer as LazyTransformer
-from ._more import LazyTransformerDecoderLayer as LazyTransformerDecoderLayer
-from ._more import LazyTransformerEncoderLayer as LazyTransformerEncoderLayer
-from ._norm import LazyBatchNorm1d as LazyBatchNorm1d
-from ._norm import LazyBatchNorm2d as LazyBatchNorm2d
-from ._norm import LazyBatchNorm3d as LazyBatchNorm3d
-from ._norm import LazyInstanceNorm1d as LazyInstanceNorm1d
-from ._norm import LazyInstanceNorm2d as LazyInstanceNorm2d
-from ._norm import LazyInstanceNorm3d as LazyInstanceNorm3d
 from ._on_build import OnBuildHandle as OnBuildHandle
 from ._on_build import on_build as on_build
 from ._placeholder import UninitializedBuffer as UninitializedBuffer
@@ -69,7 +70,7 @@ from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
 from ._summary import summary as summary
 
-__version__ = "0.1.0"
+__version__ = _version("lazynn")
 
 __all__ = [
     "UNKNOWN",
@@ -103,7 +104,6 @@ __all__ = [
     "LazyInstanceNorm3d",
     "LazyLSTM",
     "LazyLSTMCell",
-    "LazyLayer",
     "LazyLayerNorm",
     "LazyLinear",
     "LazyLinearCrossEntropyLoss",

@@ -10,13 +10,18 @@ when it is asked for ``requires_grad`` (DDP's first question) or its shape (FSDP
 
 Tools that work on a module right after its construction (``torch.nn.init``,
 parametrizations, pruning, ``AveragedModel``) and tools that need a built model (export,
-TorchScript) get the same treatment without a wrapper: :func:`tool_fix` finds the tool on the
-stack when a placeholder refuses, and the message's fix names ``lazynn.on_build`` or
+TorchScript) get the same treatment without a wrapper: :func:`find_tool` finds the tool on
+the stack when a placeholder refuses, and the message's fix names ``lazynn.on_build`` or
 ``lazynn.build``.
 
->>> wrapper_refusal("the 'weight' of LazyLinear") is None  # no wrapper on the stack here
+Finding is a query and changes nothing. Two refusals must also take back what the tool did
+before it asked: a refused ``fully_shard`` has registered itself on the module
+(:func:`undo_wrapper`), a refused pruning has moved the parameter (:func:`undo_pruning`); the
+placeholder's refusal calls them.
+
+>>> find_wrapper() is None  # no wrapper on the stack here
 True
->>> tool_fix() is None
+>>> find_tool() is None
 True
 """
 
@@ -24,16 +29,27 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from torch import nn
 
-from ._errors import UnbuiltError, message
+from ._errors import BUILD, QUEUE_IT, UnbuiltError, message
+from ._state import context, find_state
+from ._tensors import is_placeholder
 
-__all__ = ["tool_fix", "under_dynamo", "wrapper_refusal"]
+__all__ = [
+    "Tool",
+    "Wrapper",
+    "find_tool",
+    "find_wrapper",
+    "under_dynamo",
+    "undo_pruning",
+    "undo_wrapper",
+    "wrapper_error",
+]
 
 #: wrapper -> (function name, file path suffix, the local naming the module) of the frame that
 #: constructs it. These are torch internals: tests/test_distributed.py (DDP, fully_shard) and
@@ -52,8 +68,6 @@ _WRAPPERS = {
     # TracedModule.__init__, once per submodule: the outermost one holds the model
     "torch.jit.trace": ("__init__", os.path.join("torch", "jit", "_trace.py"), "orig"),
 }
-#: Per thread: whether a refusal is being worded.
-_WORDING = threading.local()
 #: How far up the stack to look for a wrapper's constructor.
 _DEPTH = 64
 
@@ -68,27 +82,89 @@ def _frames(skip: int = 3) -> Iterator[FrameType]:
         frame = frame.f_back
 
 
-def _find_wrapper() -> tuple[str, Any] | None:
-    """(wrapper, the module being wrapped) of the outermost wrapper constructor on the stack."""
+@dataclass(frozen=True)
+class Wrapper:
+    """A torch wrapper being constructed around a model that holds placeholders."""
+
+    name: str
+    #: the module (or modules) being wrapped
+    target: Any
+
+    @property
+    def modules(self) -> list[nn.Module]:
+        """The wrapped modules, or [] when the target is not modules."""
+        found = self.target if isinstance(self.target, (list, tuple)) else [self.target]
+        return list(found) if all(isinstance(m, nn.Module) for m in found) else []
+
+
+def find_wrapper() -> Wrapper | None:
+    """The outermost wrapper constructor on the stack (DDP, ``fully_shard``,
+    ``torch.jit.trace``), or None. (None while a refusal is being worded: wording it hashes
+    placeholders.)"""
+    if context().wording:
+        return None
     found = None
     for frame in _frames():
         code = frame.f_code
         for name, (function, path, local) in _WRAPPERS.items():
             if code.co_name == function and code.co_filename.endswith(path):
-                found = name, frame.f_locals.get(local)
+                found = Wrapper(name, frame.f_locals.get(local))
     return found
 
 
-def _undo_registration(modules: list[nn.Module]) -> None:
-    """Take back what torch's ``contract`` wrapper registered on each module before calling
-    ``fully_shard`` (``fully_shard`` can be applied once: a refused call must not count).
+def wrapper_error(wrapper: Wrapper, fallback: str) -> UnbuiltError | None:
+    """The refusal of a wrapper around a model with placeholders, naming every unbuilt
+    parameter and the recipe; None when what it wraps is not modules. ``fallback`` names the
+    placeholder that was asked, when no parameter is found."""
+    modules = wrapper.modules
+    if not modules:
+        return None
+    context().wording = True
+    try:
+        found = [n for m in modules for n, p in m.named_parameters() if is_placeholder(p)]
+    finally:
+        context().wording = False
+    paths = found or [fallback]
+    shown = ", ".join(f"'{p}'" for p in paths[:8]) + (
+        f" and {len(paths) - 8} more" if len(paths) > 8 else ""
+    )
+    if wrapper.name == "fully_shard":
+        fix = (
+            "build it first on every rank under the same seed, allocating nothing: "
+            "lazynn.build(model, example, device='meta'); then fully_shard each block and the "
+            "root; then lazynn.materialize(model, device) allocates each rank's shards only"
+        )
+    elif wrapper.name == "torch.jit.trace":
+        fix = f"build it first: {BUILD}, then trace it"
+    else:
+        fix = (
+            f"build it first on every rank under the same seed: {BUILD} "
+            "(or one forward call), then wrap it in DistributedDataParallel"
+        )
+    return UnbuiltError(
+        message(
+            f"{wrapper.name}({type(modules[0]).__name__})",
+            "a built model",
+            f"unbuilt lazy parameters {shown}",
+            fix,
+        )
+    )
+
+
+def undo_wrapper(wrapper: Wrapper) -> None:
+    """Take back what the wrapper did to the modules before it asked the placeholder: torch's
+    ``contract`` registers ``fully_shard`` on each module first, and it can be applied once,
+    so a refused call must not count.
 
     ``torch.distributed._composable.contract`` is private; tests/test_distributed.py applies
-    fully_shard after a refusal, which fails if this stops undoing it.
+    fully_shard after a refusal, which fails if this stops undoing it. (Imported here: only a
+    process that is constructing ``fully_shard`` gets here.)
     """
+    if wrapper.name != "fully_shard":
+        return
     from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY
 
-    for module in modules:
+    for module in wrapper.modules:
         for key in (STATE_KEY, REGISTRY_KEY):
             entries = module.__dict__.get(key)
             if not isinstance(entries, dict):
@@ -99,73 +175,23 @@ def _undo_registration(modules: list[nn.Module]) -> None:
                 del module.__dict__[key]
 
 
-def _refusal(wrapper: str, model: Any, fallback: str) -> UnbuiltError | None:
-    modules = model if isinstance(model, (list, tuple)) else [model]
-    if not all(isinstance(m, nn.Module) for m in modules):
-        return None
-    from ._placeholder import is_placeholder
+@dataclass(frozen=True)
+class Tool:
+    """A torch tool that asked an unbuilt placeholder (or size): what it is, and the fix."""
 
-    paths = [name for m in modules for name, p in m.named_parameters() if is_placeholder(p)] or [
-        fallback
-    ]
-    shown = ", ".join(f"'{p}'" for p in paths[:8]) + (
-        f" and {len(paths) - 8} more" if len(paths) > 8 else ""
-    )
-    if wrapper == "fully_shard":
-        _undo_registration(list(modules))
-        fix = (
-            "build it first on every rank under the same seed, allocating nothing: "
-            "lazynn.build(model, example, device='meta'); then fully_shard each block and the "
-            "root; then lazynn.materialize(model, device) allocates each rank's shards only"
-        )
-    elif wrapper == "torch.jit.trace":
-        fix = "build it first: lazynn.build(model, example), then trace it"
-    else:
-        fix = (
-            "build it first on every rank under the same seed: lazynn.build(model, example) "
-            "(or one forward call), then wrap it in DistributedDataParallel"
-        )
-    return UnbuiltError(
-        message(
-            f"{wrapper}({type(modules[0]).__name__})",
-            "a built model",
-            f"unbuilt lazy parameters {shown}",
-            fix,
-        )
-    )
+    name: str
+    fix: str
 
 
-def wrapper_refusal(fallback: str) -> UnbuiltError | None:
-    """The error to raise if a torch.distributed wrapper is being built around a placeholder.
-
-    ``fallback`` names the placeholder, for a wrapped object that is not a module.
-    """
-    if getattr(_WORDING, "active", False):
-        return None  # wording a refusal hashes placeholders (named_parameters): not again
-    found = _find_wrapper()
-    if found is None:
-        return None
-    _WORDING.active = True
-    try:
-        return _refusal(found[0], found[1], fallback)
-    finally:
-        _WORDING.active = False
-
-
-_QUEUE_IT = (
-    "queue it until the build: lazynn.on_build(module, fn) runs fn(module) once the module "
-    "is built (by lazynn.build, materialize, a checkpoint or its first call); or build first "
-    "with lazynn.build(model, example)"
-)
 #: (file path fragment, function name or "", what the tool is, the fix); first match wins.
 #: Paths are torch's layout (internal): tests/test_deferred.py checks every message, so a
 #: move fails a test.
 _TOOLS = (
-    (os.path.join("torch", "nn", "init.py"), "", "torch.nn.init", _QUEUE_IT),
-    (os.path.join("nn", "utils", "parametriz"), "", "a parametrization", _QUEUE_IT),
-    (os.path.join("nn", "utils", "weight_norm.py"), "", "weight_norm", _QUEUE_IT),
-    (os.path.join("nn", "utils", "spectral_norm.py"), "", "spectral_norm", _QUEUE_IT),
-    (os.path.join("nn", "utils", "prune.py"), "", "pruning", _QUEUE_IT),
+    (os.path.join("torch", "nn", "init.py"), "", "torch.nn.init", QUEUE_IT),
+    (os.path.join("nn", "utils", "parametriz"), "", "a parametrization", QUEUE_IT),
+    (os.path.join("nn", "utils", "weight_norm.py"), "", "weight_norm", QUEUE_IT),
+    (os.path.join("nn", "utils", "spectral_norm.py"), "", "spectral_norm", QUEUE_IT),
+    (os.path.join("nn", "utils", "prune.py"), "", "pruning", QUEUE_IT),
     (
         os.path.join("nn", "modules", "batchnorm.py"),
         "convert_sync_batchnorm",
@@ -178,47 +204,42 @@ _TOOLS = (
         os.path.join("torch", "optim", "swa_utils.py"),
         "",
         "AveragedModel",
-        "make the AveragedModel after the build: lazynn.build(model, example) first, or "
+        f"make the AveragedModel after the build: {BUILD} first, or "
         "lazynn.on_build(model, lambda m: ...) to create it then",
     ),
     (
         os.path.join("torch", "ao", "quantization"),
         "",
         "quantization",
-        "build the model first: lazynn.build(model, example), then quantize it (an unbuilt "
+        f"build the model first: {BUILD}, then quantize it (an unbuilt "
         "lazy layer is not of the exact class quantize_dynamic swaps, so it would be skipped)",
     ),
     (
         os.path.join("torch", "export"),
         "",
         "torch.export",
-        "build the model first: lazynn.build(model, example), then export it",
+        f"build the model first: {BUILD}, then export it",
     ),
     (
         os.path.join("torch", "jit"),
         "",
         "TorchScript",
-        "build the model first: lazynn.build(model, example), then script or trace it",
+        f"build the model first: {BUILD}, then script or trace it",
     ),
 )
 
 
-def tool_fix() -> tuple[str, str] | None:
-    """(tool, fix) for the innermost known torch tool on the call stack, or None.
-
-    A refused pruning is also taken back (see :func:`_undo_pruning`).
-    """
+def find_tool() -> Tool | None:
+    """The innermost known torch tool on the call stack, or None."""
     for frame in _frames():
         code = frame.f_code
         for fragment, function, tool, fix in _TOOLS:
             if fragment in code.co_filename and function in ("", code.co_name):
-                if tool == "pruning":
-                    _undo_pruning(frame)
-                return tool, fix
+                return Tool(tool, fix)
     return None
 
 
-def _undo_pruning(frame: FrameType) -> None:
+def undo_pruning() -> None:
     """Put back the parameter torch's pruning moved before it touched the placeholder.
 
     ``BasePruningMethod.apply`` registers ``{name}_orig`` and deletes ``{name}`` before
@@ -226,17 +247,23 @@ def _undo_pruning(frame: FrameType) -> None:
     (a lazy layer records its construction order). torch internals: tests/test_deferred.py
     checks that a refused pruning leaves the layer as it was.
     """
-    while frame is not None and not (
-        frame.f_code.co_name == "apply" and {"module", "name", "orig"} <= frame.f_locals.keys()
-    ):
-        frame = frame.f_back  # type: ignore[assignment]
+    frame = next(
+        (
+            f
+            for f in _frames()
+            if f.f_code.co_name == "apply" and {"module", "name", "orig"} <= f.f_locals.keys()
+        ),
+        None,
+    )
     if frame is None:
         return
     module, name, orig = (frame.f_locals[k] for k in ("module", "name", "orig"))
+    del frame
     params = getattr(module, "_parameters", None)
     if not isinstance(params, dict) or params.get(f"{name}_orig") is not orig or name in params:
         return
-    order = [key for (path, key) in getattr(module, "_lazynn_placeholders", {}) if not path]
+    state = find_state(module)
+    order = [key for (path, key) in state.placeholders if not path] if state else []
     names = [k for k in params if k != f"{name}_orig"]
     later = order[order.index(name) + 1 :] if name in order else []
     at = next((i for i, k in enumerate(names) if k in later), len(names))

@@ -12,19 +12,34 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import torch
 from torch import nn
 
 __all__ = [
+    "BUILD",
+    "CALL_NOT_FORWARD",
+    "QUEUE_IT",
     "CheckpointError",
     "InferenceError",
     "LazynnError",
+    "NeedsValuesError",
     "UnbuiltError",
-    "describe",
     "message",
+    "meta_limitation",
     "module_path",
     "shape_str",
 ]
+
+# --- shared message texts ------------------------------------------------------------------
+#: the whole-model build, as every fix that needs a built model names it
+BUILD = "lazynn.build(model, example)"
+#: why a first call must go through the module, not its forward
+CALL_NOT_FORWARD = "model(x), not model.forward(x), which skips the build"
+#: the fix for tools that work on a module right after its construction
+QUEUE_IT = (
+    "queue it until the build: lazynn.on_build(module, fn) runs fn(module) once the module "
+    f"is built (by lazynn.build, materialize, a checkpoint or its first call); or build first "
+    f"with {BUILD}"
+)
 
 
 class LazynnError(Exception):
@@ -43,6 +58,11 @@ class UnbuiltError(LazynnError, RuntimeError, ValueError):
     """
 
 
+class NeedsValuesError(InferenceError):
+    """A forward whose shapes depend on values (``torch.nonzero``), which a run on meta
+    tensors cannot follow: build it with a real call instead."""
+
+
 class CheckpointError(LazynnError, RuntimeError):
     """A checkpoint whose sizes contradict what a lazy module already knows."""
 
@@ -51,21 +71,6 @@ def shape_str(shape: Sequence[int]) -> str:
     """``(8, 3, 32, 32)`` for a shape; ``(5,)`` for one dimension."""
     dims = tuple(int(d) for d in shape)
     return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
-
-
-def describe(value: object) -> str:
-    """A short description of a forward argument for an error message."""
-    if isinstance(value, torch.Tensor):
-        from ._placeholder import is_placeholder
-
-        if is_placeholder(value):
-            return f"an unbuilt {type(value).__name__}"
-        where = "" if value.is_meta else f" on {value.device}"  # meta: the user gave a shape
-        return f"a {value.dtype} tensor of shape {shape_str(value.shape)}{where}"
-    if isinstance(value, (tuple, list)):
-        inner = ", ".join(describe(v) for v in value)
-        return f"{type(value).__name__}[{inner}]"
-    return repr(value) if len(repr(value)) < 60 else type(value).__name__
 
 
 def message(where: str, expected: str, received: str, fix: str, detail: str = "") -> str:
@@ -131,3 +136,12 @@ def module_path(module: nn.Module, known: str | None = None) -> str:
     if not parts:
         return name
     return f"{name} at '{'.'.join(parts)}'"
+
+
+def meta_limitation(error: BaseException) -> bool:
+    """Whether a failure on meta tensors says nothing about the input: an operation that
+    needs values (``.item()``, ``torch.nonzero``), which meta tensors do not hold."""
+    if isinstance(error, NotImplementedError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("meta tensor" in text or "data-dependent" in text)

@@ -16,7 +16,8 @@ from typing import Any
 
 from torch import nn
 
-from ._declare import Infer, LazyLayer
+from ._infer import Infer
+from ._layer import LazyLayer
 
 __all__ = ["lazy"]
 

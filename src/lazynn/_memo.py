@@ -20,9 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._declare import _MODULE_KEYS, UNKNOWN
-from ._mixin import _pre_hook
-from ._placeholder import is_placeholder
+from ._construct import MODULE_KEYS
+from ._infer import UNKNOWN
+from ._mixin import pre_hook
+from ._state import STATE_KEY, LazyState
+from ._tensors import is_placeholder
 
 __all__ = ["Memo"]
 
@@ -119,17 +121,19 @@ class Memo:
             module._forward_hooks
             or module._backward_hooks
             or module._backward_pre_hooks
-            or any(h is not _pre_hook for h in module._forward_pre_hooks.values())
+            or any(h is not pre_hook for h in module._forward_pre_hooks.values())
         ):
             return None  # a user's hook would not run for a skipped twin
+        state = module.__dict__.get(STATE_KEY)
         try:
             attrs = tuple(
                 (k, _value_key(v))
                 for k, v in module.__dict__.items()
-                if k not in _MODULE_KEYS
-                and k not in ("_initialize_hook", "forward")
-                and (not k.startswith("_lazynn_") or k == "_lazynn_kwargs")
+                if k not in MODULE_KEYS and k not in ("_initialize_hook", "forward", STATE_KEY)
             )
+            # a lazy layer's constructor arguments (its other state is its own: placeholders,
+            # construction number)
+            declared = _value_key(state.kwargs) if isinstance(state, LazyState) else None
         except _Unhashable:
             return None
         tensors = tuple(
@@ -149,7 +153,7 @@ class Memo:
             if sub is None:
                 return None
             children.append((name, sub))
-        return (type(module), module.training, attrs, tensors, tuple(children))
+        return (type(module), module.training, attrs, declared, tensors, tuple(children))
 
     def _forward(self, block: nn.Module, fingerprint: Hashable) -> Callable[..., Any]:
         original = type(block).forward

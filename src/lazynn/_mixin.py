@@ -19,8 +19,6 @@ is overridden here, and tests/test_torch_internals.py checks that this stays so.
 from __future__ import annotations
 
 import copy
-import itertools
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +27,22 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
-from ._errors import InferenceError, UnbuiltError, message, module_path
-from ._placeholder import is_placeholder
+from ._callers import find_tool, under_dynamo
+from ._errors import BUILD, InferenceError, UnbuiltError, message, module_path
 from ._snapshot import Snapshot
+from ._state import BUILD_LOCK, STATE_KEY, context, find_state, record_construction
+from ._tensors import is_placeholder, own_tensors
 
-__all__ = ["LazyModuleMixin", "is_unbuilt"]
+__all__ = [
+    "LazyModuleMixin",
+    "attach",
+    "finish",
+    "in_build",
+    "is_lazy_module",
+    "is_unbuilt",
+    "pre_hook",
+    "rehearsing",
+]
 
 # Type checkers see the mixin as the nn.Module it is always mixed into.
 if TYPE_CHECKING:
@@ -41,42 +50,31 @@ if TYPE_CHECKING:
 else:
     _ModuleForTyping = object
 
-#: Set (per thread) while lazynn.build / summary rehearse a model on meta: a failure there
-#: costs nothing (the model is restored), so layers skip their own meta check.
-_REHEARSAL = threading.local()
-
 
 def rehearsing() -> bool:
-    """Whether this thread is inside a meta rehearsal (see ``_rehearse``)."""
-    return bool(getattr(_REHEARSAL, "active", False))
-
-
-#: Per thread: the ids of modules this thread built during the current first call(s).
-_BUILT_HERE = threading.local()
-#: Per thread: depth of _infer_parameters calls (initialize_parameters called inside one).
-_IN_BUILD = threading.local()
+    """Whether this thread is inside a meta rehearsal (see ``_rehearse``): a failure there
+    costs nothing (the model is restored), so layers skip their own meta check."""
+    return context().rehearsal is not None
 
 
 def in_build() -> bool:
     """Whether this thread is inside ``_infer_parameters`` (so inside a build)."""
-    return bool(getattr(_IN_BUILD, "active", 0))
+    return context().builds > 0
 
 
 def _refuse_under_export(module: nn.Module) -> None:
     """torch.export (strict) traces with dynamo, whose lazy-module protocol would build the
     layer during the export: export must not change the model. Refuse with the fix."""
-    from ._callers import tool_fix, under_dynamo
-
     if not under_dynamo():
         return
-    found = tool_fix()
-    if found is not None and found[0] == "torch.export":
+    found = find_tool()
+    if found is not None and found.name == "torch.export":
         raise UnbuiltError(
             message(
                 module_path(module),
                 "a built model for torch.export (an export does not change the model)",
                 "an unbuilt lazy layer",
-                found[1],
+                found.fix,
             )
         )
 
@@ -94,18 +92,12 @@ def _refuse_under_functorch(module: nn.Module) -> None:
                 "a first call inside torch.func.grad / vmap / jacrev (or functional_call "
                 "under one)",
                 "build the model first with a plain call, model(example), or "
-                "lazynn.build(model, example); then apply the transform",
+                f"{BUILD}; then apply the transform",
             )
         )
 
 
-#: One lock for every materialization in the process. A build happens once per module, so
-#: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
-#: lazy children.
-_BUILD_LOCK = threading.RLock()
-
-
-def _pre_hook(
+def pre_hook(
     module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> None:
     """The forward pre-hook of an unbuilt module: build it from the call's inputs.
@@ -123,41 +115,25 @@ def is_unbuilt(module: nn.Module) -> bool:
     return "_initialize_hook" in module.__dict__
 
 
-_LAST_RNG_STATE: torch.Tensor | None = None
-_BIRTHS = itertools.count()
+def is_lazy_module(module: nn.Module) -> bool:
+    """True for an unbuilt lazy module of any kind (lazynn's, torch's, a custom mixin)."""
+    return isinstance(module, _TorchLazyModuleMixin) and hasattr(module, "_initialize_hook")
 
 
-def _record_construction(module: nn.Module) -> None:
-    """Remember the CPU generator's state at construction, for build()'s replay.
-
-    ``lazynn.build`` initializes as an eager model's construction would have: from this state,
-    in construction order. Consecutive lazy modules share one recorded tensor (5 KB) as long as
-    nothing drew random numbers between their constructions.
-    """
-    global _LAST_RNG_STATE
-    state = torch.get_rng_state()
-    if _LAST_RNG_STATE is None or not torch.equal(state, _LAST_RNG_STATE):
-        _LAST_RNG_STATE = state
-    module._lazynn_rng = _LAST_RNG_STATE
-    # Copies (copy.deepcopy, as nn.TransformerEncoder makes of its layer) keep this number:
-    # build() gives copies built together the values of the first, as eager copies have.
-    module.__dict__["_lazynn_birth"] = next(_BIRTHS)
-
-
-def _attach(module: nn.Module) -> None:
+def attach(module: nn.Module) -> None:
+    """Attach the build hook (last among pre-hooks)."""
     # `_initialize_hook` is the attribute dynamo and torch.compile look for (see module doc).
     module._initialize_hook = nn.Module.register_forward_pre_hook(  # type: ignore[assignment]
-        module, _pre_hook, with_kwargs=True
+        module, pre_hook, with_kwargs=True
     )
 
 
-def _finish(module: nn.Module) -> None:
+def finish(module: nn.Module) -> None:
     """Detach the lazy machinery: after this the module is plain torch.nn, no overhead."""
     handle = module.__dict__.pop("_initialize_hook", None)
     if handle is not None:
         handle.remove()
-    for key in [k for k in module.__dict__ if k.startswith("_lazynn_")]:
-        del module.__dict__[key]
+    module.__dict__.pop(STATE_KEY, None)
     # An instance may have chosen its class (rank-agnostic layers): take it, leave no trace.
     target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
     if target is not None:
@@ -186,8 +162,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Skip torch's mixin __init__ (it registers torch's hooks); ours attaches lazynn's.
         super(_TorchLazyModuleMixin, self).__init__(*args, **kwargs)
-        _attach(self)  # type: ignore[arg-type]
-        _record_construction(self)  # type: ignore[arg-type]
+        attach(self)  # type: ignore[arg-type]
+        record_construction(self)  # type: ignore[arg-type]
 
     # --- quantization ------------------------------------------------------------------------
     @property
@@ -195,16 +171,14 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         """As the attribute torch's quantization sets; read by quantization on an unbuilt
         module, refused: ``quantize_dynamic`` would skip it silently (an unbuilt layer is not
         of the exact class it swaps)."""
-        from ._callers import tool_fix
-
-        found = tool_fix()
-        if found is not None and found[0] == "quantization":
+        found = find_tool()
+        if found is not None and found.name == "quantization":
             raise UnbuiltError(
                 message(
                     module_path(self),  # type: ignore[arg-type]
                     "a built model for quantization",
                     "an unbuilt lazy layer",
-                    found[1],
+                    found.fix,
                 )
             )
         try:
@@ -228,11 +202,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         return any(is_placeholder(t) for t in self._own_tensors())
 
     def _own_tensors(self) -> Iterator[torch.Tensor]:
+        """This module's tensors and those of its submodules that are not lazy modules."""
         stack: list[nn.Module] = [self]  # type: ignore[list-item]
         while stack:
             module = stack.pop()
-            yield from (t for t in module._parameters.values() if t is not None)
-            yield from (t for t in module._buffers.values() if t is not None)
+            yield from own_tensors(module)
             stack.extend(
                 m
                 for m in module._modules.values()
@@ -249,11 +223,12 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         """
         _refuse_under_functorch(module)
         _refuse_under_export(module)
-        with _BUILD_LOCK:
+        with BUILD_LOCK:
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
             snapshot = Snapshot(module)
-            _IN_BUILD.active = getattr(_IN_BUILD, "active", 0) + 1
+            here = context()
+            here.builds += 1
             try:
                 module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
                 if module.has_uninitialized_params():  # type: ignore[operator]
@@ -271,11 +246,10 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 snapshot.restore()
                 raise
             finally:
-                _IN_BUILD.active -= 1
-            _finish(module)
-            built = getattr(_BUILT_HERE, "ids", None)
-            if built is not None:
-                built.add(id(module))
+                here.builds -= 1
+            finish(module)
+            if here.built_here is not None:
+                here.built_here.add(id(module))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """As ``nn.Module``'s; a first call whose forward fails is undone.
@@ -292,20 +266,21 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         call = super().__call__
         snapshot = Snapshot(self)  # type: ignore[arg-type]
         rng = torch.get_rng_state()
-        outer = getattr(_BUILT_HERE, "ids", None)
-        _BUILT_HERE.ids = set()
+        here = context()
+        outer, built = here.built_here, set[int]()
+        here.built_here = built
         try:
             return call(*args, **kwargs)
         except BaseException:
-            if id(self) in _BUILT_HERE.ids:
-                with _BUILD_LOCK:
+            if id(self) in built:
+                with BUILD_LOCK:
                     snapshot.restore()
                     torch.set_rng_state(rng)
             raise
         finally:
             if outer is not None:
-                outer |= _BUILT_HERE.ids
-            _BUILT_HERE.ids = outer
+                outer |= built
+            here.built_here = outer
 
     def register_forward_pre_hook(  # type: ignore[override]
         self,
@@ -323,7 +298,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         )
         if is_unbuilt(self) and not prepend:  # type: ignore[arg-type]
             self._initialize_hook.remove()
-            _attach(self)  # type: ignore[arg-type]
+            attach(self)  # type: ignore[arg-type]
         return handle  # type: ignore[no-any-return]
 
     # --- checkpoints -------------------------------------------------------------------------
@@ -341,7 +316,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
         if is_unbuilt(self):  # type: ignore[arg-type]
-            with _BUILD_LOCK:
+            with BUILD_LOCK:
                 if is_unbuilt(self):  # type: ignore[arg-type]
                     self._lazynn_build_from_state(state_dict, prefix)
         if isinstance(self, LazyModuleMixin):
@@ -379,6 +354,9 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         for key, value in self.__dict__.items():
             if isinstance(value, (dict, set)):
                 new.__dict__[key] = copy.copy(value)
+        state = find_state(self)  # type: ignore[arg-type]
+        if state is not None:
+            new.__dict__[STATE_KEY] = state.copy()
         tensor_dicts: tuple[dict[str, Any], ...] = (new._parameters, new._buffers)
         for tensors in tensor_dicts:
             for name, tensor in tensors.items():

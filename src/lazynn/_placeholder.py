@@ -31,15 +31,18 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._callers import tool_fix, wrapper_refusal
-from ._errors import UnbuiltError, message
+from ._callers import find_tool, find_wrapper, undo_pruning, undo_wrapper, wrapper_error
+from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, message
+from ._tensors import is_placeholder
+from ._tensors import raw as _raw
 
 __all__ = [
     "UninitializedBuffer",
     "UninitializedParameter",
+    "fill",
     "is_lazy",
-    "is_placeholder",
     "relocate",
 ]
 
@@ -122,14 +125,6 @@ def _distributed() -> bool:
     return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
 
 
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """The plain, empty tensor inside a placeholder (carries dtype and device)."""
-    # torch._C.DisableTorchFunctionSubclass is private; torch.Tensor.__torch_function__ uses
-    # it for the same purpose. tests/test_torch_internals.py checks that it still exists.
-    with torch._C.DisableTorchFunctionSubclass():
-        return t.data
-
-
 class _Placeholder:
     """Behaviour shared by both placeholders (a mixin; see the module docstring)."""
 
@@ -140,8 +135,17 @@ class _Placeholder:
     def _owner(self) -> str:
         return getattr(self, "_lazynn_owner", f"this {type(self).__name__}")
 
+    def _wrapper_refusal(self) -> UnbuiltError | None:
+        """The refusal of a torch wrapper being constructed around this placeholder's model
+        (taking back what it registered), or None."""
+        wrapper = find_wrapper()
+        refusal = wrapper_error(wrapper, self._owner()) if wrapper is not None else None
+        if wrapper is not None and refusal is not None:
+            undo_wrapper(wrapper)
+        return refusal
+
     def _refuse(self, what: str) -> UnbuiltError:
-        refusal = wrapper_refusal(self._owner())  # fully_shard asks for the shape first
+        refusal = self._wrapper_refusal()  # fully_shard asks for the shape first
         if refusal is not None:
             return refusal
         key = self.__dict__.get("_lazynn_checkpoint")
@@ -157,14 +161,16 @@ class _Placeholder:
                     "with strict=False",
                 )
             )
-        tool = tool_fix()
+        tool = find_tool()
         if tool is not None:
+            if tool.name == "pruning":
+                undo_pruning()  # it moved the parameter before it asked
             return UnbuiltError(
                 message(
                     self._owner(),
-                    f"a built tensor for {tool[0]} ({what})",
+                    f"a built tensor for {tool.name} ({what})",
                     f"an unbuilt {type(self).__name__}, whose shape the first input decides",
-                    tool[1],
+                    tool.fix,
                 )
             )
         return UnbuiltError(
@@ -172,9 +178,8 @@ class _Placeholder:
                 self._owner(),
                 f"a built tensor for {what}",
                 f"an unbuilt {type(self).__name__}, whose shape the first input decides",
-                "build the module first: lazynn.build(model, example), or call the model on an "
-                "example input (model(x), not "
-                "model.forward(x), which skips the build) or load a built checkpoint with "
+                f"build the module first: {BUILD}, or call the model on an "
+                f"example input ({CALL_NOT_FORWARD}) or load a built checkpoint with "
                 "load_state_dict; then do this. Optimizers that need shapes at construction "
                 "(Adagrad) must be created after the build",
             )
@@ -199,7 +204,7 @@ class _Placeholder:
         # (Tensor.__hash__ does not go through __torch_function__.)
         caller = sys._getframe(1).f_code
         if caller.co_name == "check_unique" and caller.co_filename.endswith("_trace.py"):
-            refusal = wrapper_refusal(self._owner())
+            refusal = self._wrapper_refusal()
             if refusal is not None:
                 raise refusal
         return id(self)
@@ -225,7 +230,7 @@ class _Placeholder:
             device=raw.device if device is None else device,
             dtype=raw.dtype if dtype is None else dtype,
         )
-        _fill(self, data)  # type: ignore[arg-type]
+        fill(self, data)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         raw = _raw(self)  # type: ignore[arg-type]
@@ -265,7 +270,7 @@ class _Placeholder:
             if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
                 if attr == "requires_grad" and isinstance(self, _Placeholder) and _distributed():
                     # DDP's constructor reads requires_grad first: refuse with the recipe.
-                    refusal = wrapper_refusal(self._owner())
+                    refusal = self._wrapper_refusal()
                     if refusal is not None:
                         raise refusal
                 return func(*args, **kwargs)
@@ -293,7 +298,7 @@ class _Placeholder:
         raise culprit._refuse(_func_name(func))
 
 
-def _fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
+def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
     """Make ``placeholder`` hold ``data`` and become a real tensor, keeping its identity."""
     with torch._C.DisableTorchFunctionSubclass():
         placeholder.data = data
@@ -403,11 +408,6 @@ def relocate(
     )
 
 
-def is_placeholder(obj: object) -> bool:
-    """True for a lazynn or torch placeholder (an uninitialized parameter or buffer)."""
-    return isinstance(obj, nn.parameter.UninitializedTensorMixin)  # type: ignore[attr-defined]
-
-
 def is_lazy(obj: object) -> bool:
     """Whether ``obj`` still waits for its sizes.
 
@@ -420,8 +420,6 @@ def is_lazy(obj: object) -> bool:
     (True, True)
     """
     if isinstance(obj, nn.Module):
-        from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
-
         return (
             any(isinstance(m, TorchLazy) for m in obj.modules())
             or any(is_placeholder(t) for t in obj.parameters())

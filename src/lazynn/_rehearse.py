@@ -19,16 +19,24 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._declare import _REHEARSED_SIZES, LazyLayer, _map_tensors, _meta_limitation
-from ._errors import InferenceError, LazynnError, message, shape_str
+from ._errors import (
+    InferenceError,
+    LazynnError,
+    NeedsValuesError,
+    message,
+    meta_limitation,
+    shape_str,
+)
+from ._layer import LazyLayer
 from ._memo import Memo
-from ._mixin import _BUILD_LOCK, _REHEARSAL
-from ._placeholder import is_placeholder, relocate
+from ._mixin import is_lazy_module
+from ._placeholder import relocate
 from ._snapshot import Snapshot
+from ._state import BUILD_LOCK, Rehearsing, context
+from ._tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
 
-__all__ = ["Rehearsal", "Spec", "as_meta", "rehearse"]
+__all__ = ["Call", "Rehearsal", "Spec", "TensorInfo", "as_meta", "rehearse"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,8 @@ def as_meta(example: Any) -> Any:
     if isinstance(example, torch.Size) or (_is_shape(example) and len(example) > 0):
         return torch.empty(tuple(example), device="meta")
     if isinstance(example, torch.Tensor):
-        return torch.empty(example.shape, dtype=example.dtype, device="meta")
+        return meta_like(example)
+    # (not map_tensors: a tuple of ints is a shape here, a leaf)
     if isinstance(example, tuple) and hasattr(example, "_fields"):
         return type(example)(*(as_meta(v) for v in example))
     if isinstance(example, (tuple, list)):
@@ -104,16 +113,6 @@ def as_meta(example: Any) -> Any:
     if isinstance(example, dict):
         return {k: as_meta(v) for k, v in example.items()}
     return example
-
-
-def _literal_meta(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty(t.shape, dtype=t.dtype, device="meta")
-
-
-def _shapes(value: Any) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    found: list[tuple[tuple[int, ...], torch.dtype]] = []
-    _map_tensors(lambda t: found.append((tuple(t.shape), t.dtype)), value)
-    return found
 
 
 @dataclass
@@ -179,10 +178,6 @@ def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
     return meta
 
 
-def _is_lazy_module(module: nn.Module) -> bool:
-    return isinstance(module, TorchLazy) and hasattr(module, "_initialize_hook")
-
-
 def rehearse(
     model: nn.Module,
     args: Sequence[Any],
@@ -198,8 +193,8 @@ def rehearse(
     reuse one block's result (see ``_memo``).
     """
     if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
-        meta_args = _map_tensors(_literal_meta, tuple(args))
-        meta_kwargs = _map_tensors(_literal_meta, dict(kwargs))
+        meta_args = map_tensors(meta_like, tuple(args))
+        meta_kwargs = map_tensors(meta_like, dict(kwargs))
     else:
         meta_args = as_meta(tuple(args))
         meta_kwargs = as_meta(dict(kwargs))
@@ -207,7 +202,7 @@ def rehearse(
     for p, m in model.named_modules(remove_duplicate=False):
         paths.setdefault(id(m), p)  # a module under two names: its first, as in the rows
     modules = dict(model.named_modules())
-    lazy_before = {p: type(m) for p, m in modules.items() if _is_lazy_module(m)}
+    lazy_before = {p: type(m) for p, m in modules.items() if is_lazy_module(m)}
     calls: dict[str, Call] = {}
     stack: list[tuple[str, nn.Module, Any, Any, BaseException | None]] = []
     sizes: dict[nn.Module, dict[str, int]] = {}
@@ -215,13 +210,13 @@ def rehearse(
 
     failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
 
-    pending_sizes: dict[int, dict[str, Any]] = {}
+    rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
 
     def pre(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         path = paths.get(id(module), "?")
         stack.append((path, module, a, k, sys.exc_info()[1]))
         if path not in calls:
-            calls[path] = Call(path, _shapes((a, k)))
+            calls[path] = Call(path, shapes((a, k)))
             if path in lazy_before and not isinstance(module, LazyLayer):
                 inputs[module] = (a, k)
 
@@ -233,23 +228,21 @@ def rehearse(
             return
         call = calls[path]
         if not call.outputs:
-            call.outputs = _shapes(out)
+            call.outputs = shapes(out)
         lazy_cls = lazy_before.get(path)
         if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in sizes:
-            sizes[module] = pending_sizes[id(module)]
+            sizes[module] = rehearsing.sizes[id(module)]
 
-    with _BUILD_LOCK:
+    here = context()
+    with BUILD_LOCK:
         snapshot = Snapshot(model)
-        _REHEARSAL.active = True
-        _REHEARSED_SIZES.by_module = pending_sizes
+        outer, here.rehearsal = here.rehearsal, rehearsing
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 memo = Memo(model, paths) if memoize else None
                 for module in modules.values():
-                    for store in (module._parameters, module._buffers):
-                        for name, tensor in store.items():
-                            if tensor is not None:
-                                store[name] = _meta_twin(tensor)
+                    for store, name, tensor in own_slots(module):
+                        store[name] = _meta_twin(tensor)
                     module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
                     module.register_forward_hook(post, with_kwargs=True, always_call=True)
                 try:
@@ -267,8 +260,7 @@ def rehearse(
                     for p, m in modules.items()
                 }
         finally:
-            _REHEARSAL.active = False
-            _REHEARSED_SIZES.by_module = None
+            here.rehearsal = outer
             snapshot.restore()
     unreached = [p for p, m in modules.items() if p in lazy_before and p not in calls]
     return Rehearsal(calls, types, tensors, sizes, inputs, unreached, output)
@@ -346,10 +338,10 @@ def _failure(
     path, module, a, k = where
     name = lazy_before.get(path, type(module)).__name__  # a lazy layer, by its own name
     label = f"{name} at '{path}'" if path else f"{name} (root)"
-    received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in _shapes((a, k)))
-    if _meta_limitation(error):
+    received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in shapes((a, k)))
+    if meta_limitation(error):
         # nn.AdaptiveLogSoftmaxWithLoss selects rows with torch.nonzero: shapes from values
-        return InferenceError(
+        return NeedsValuesError(
             message(
                 label,
                 "a forward whose shapes follow from its inputs' shapes (build and summary run "

@@ -31,6 +31,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable
@@ -92,6 +93,8 @@ def draw_slice(
 def _shard_rows(tensor: Any) -> tuple[int, int] | None:
     """(first row, rows) of this rank's shard of a DTensor sharded on dim 0 (and replicated
     on any other mesh dimension), or None for another placement."""
+    # (torch.distributed.tensor imports sympy: only a process holding DTensors gets here, and
+    # it has imported it already.)
     from torch.distributed.tensor import Replicate, Shard
 
     start, rows = 0, tensor.shape[0]
@@ -127,7 +130,7 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor import DTensor  # (see _shard_rows)
 
         target = args[0] if args else None
         if not isinstance(target, DTensor):
@@ -168,8 +171,6 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 def init_mode(module: torch.nn.Module, where: str) -> Any:
     """A :class:`ShardedInit` if ``module`` holds DTensors, else a context that does nothing."""
-    import contextlib
-
     tensors = (*module.parameters(), *module.buffers())  # (an initializer may reach below)
     if not any(type(t).__name__ == "DTensor" for t in tensors):
         return contextlib.nullcontext()

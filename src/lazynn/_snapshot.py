@@ -6,6 +6,7 @@ failure the user's model is left exactly as it was" holds by construction:
 * each module's class and attribute dict (``in_features``, hook handles, ``training``...);
 * the content of every dict and set a module holds (``_parameters``, ``_buffers``,
   ``_modules``, every hook dict, lazynn's own records), restored in place and in order;
+* each lazy layer's :class:`~lazynn._state.LazyState` (its fields, restored in place);
 * each placeholder's data, class and attributes (a build fills placeholders in place).
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._placeholder import _raw, is_placeholder
+from ._state import LazyState
+from ._tensors import is_placeholder, own_tensors, raw
 
 __all__ = ["Snapshot"]
 
@@ -36,6 +38,7 @@ class Snapshot:
     def __init__(self, root: nn.Module) -> None:
         self.modules: list[tuple[nn.Module, type, dict[str, Any]]] = []
         self.containers: list[tuple[Any, Any]] = []
+        self.states: list[tuple[LazyState, LazyState]] = []
         self.tensors: list[tuple[torch.Tensor, type, torch.Tensor, dict[str, Any]]] = []
         self._own: dict[int, dict[str, torch.Tensor | None]] = {}
         for module in root.modules():
@@ -47,10 +50,12 @@ class Snapshot:
                     self.containers.append((value, dict(value)))
                 elif isinstance(value, set):
                     self.containers.append((value, set(value)))
-            for tensor in (*module._parameters.values(), *module._buffers.values()):
-                if tensor is not None and is_placeholder(tensor):
+                elif isinstance(value, LazyState):
+                    self.states.append((value, value.copy()))
+            for tensor in own_tensors(module):
+                if is_placeholder(tensor):
                     self.tensors.append(
-                        (tensor, tensor.__class__, _raw(tensor), dict(tensor.__dict__))
+                        (tensor, tensor.__class__, raw(tensor), dict(tensor.__dict__))
                     )
 
     def original_tensors(self, module: nn.Module) -> dict[str, torch.Tensor | None]:
@@ -66,9 +71,11 @@ class Snapshot:
         for container, content in self.containers:
             container.clear()
             container.update(content)
-        for tensor, cls, raw, tensor_attrs in self.tensors:
+        for state, saved in self.states:
+            state.restore(saved)
+        for tensor, cls, data, tensor_attrs in self.tensors:
             with torch._C.DisableTorchFunctionSubclass():
-                tensor.data = raw
+                tensor.data = data
             tensor.__class__ = cls
             tensor.__dict__.clear()
             tensor.__dict__.update(tensor_attrs)

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._rehearse import _is_lazy_module, rehearse
+from ._mixin import is_lazy_module
+from ._rehearse import rehearse
 
 __all__ = ["Summary", "SummaryRow", "render", "summary"]
 
@@ -79,7 +80,7 @@ def summary(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Su
     >>> lazynn.is_lazy(net)
     True
     """
-    lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if _is_lazy_module(m)}
+    lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
     rehearsal = rehearse(model, example_inputs, example_kwargs)
     rows = []
     seen: set[int] = set()

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._declare import Infer, LazyLayer
+from .._infer import Infer
+from .._layer import LazyLayer
 
 __all__ = [
     "LazyConv1d",

@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._callers import under_dynamo
-from ._declare import Infer, LazyLayer
-from ._errors import (
+from .._callers import under_dynamo
+from .._errors import (
+    BUILD,
     CheckpointError,
     InferenceError,
     UnbuiltError,
@@ -33,7 +33,11 @@ from ._errors import (
     module_path,
     shape_str,
 )
-from ._placeholder import is_placeholder
+from .._infer import Infer
+from .._layer import LazyLayer
+from .._mixin import in_build
+from .._state import find_state, lazy_state
+from .._tensors import is_placeholder
 
 __all__ = [
     "AdaptiveAvgPool",
@@ -74,8 +78,9 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     + " dimensions"
                 )
         self.__dict__["cls_to_become"] = self.by_rank[ranks[0]]  # lays out the placeholders
-        self.__dict__["_lazynn_ranks"] = tuple(ranks)
-        self.__dict__["_lazynn_shown"] = args
+        state = lazy_state(self)
+        state.ranks = tuple(ranks)
+        state.shown = args
         try:
             self._lazynn_setup(**kwargs)
         except ValueError as error:  # the eager class's own check: name the class constructed
@@ -93,20 +98,19 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     module_path(self),
                     "a call of the module, which builds it (model(x))",
                     "a direct .forward() call, which skips the build",
-                    "call the module itself, or lazynn.build(model, example) first",
+                    f"call the module itself, or {BUILD} first",
                 )
             )
         return type(self).forward(self, *args, **kwargs)
 
     def extra_repr(self) -> str:
-        if "_lazynn_shown" not in self.__dict__:
+        state = find_state(self)
+        if state is None or state.shown is None:
             return super().extra_repr()
-        shown = ", ".join(repr(a) for a in self.__dict__["_lazynn_shown"])
+        shown = ", ".join(repr(a) for a in state.shown)
         return f"{shown}, rank=?" if shown else "rank=?"
 
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
-        from ._mixin import in_build
-
         if under_dynamo():
             # dynamo fixes the class it traces (cls_to_become) before it builds a lazy module;
             # this one's class is decided by the input it has not seen yet.
@@ -116,14 +120,14 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     "a model built before torch.compile (this layer's class is chosen by its "
                     "first input's rank, after torch.compile has fixed the class it traces)",
                     f"an unbuilt lazynn.{type(self).__name__} under torch.compile",
-                    "build first: lazynn.build(model, example), then compile; or use the "
+                    f"build first: {BUILD}, then compile; or use the "
                     "ranked lazy class (lazynn.LazyConv2d...), which compiles unbuilt",
                 )
             )
         if in_build():
             value = args[0] if args else next(iter(kwargs.values()), None)
             rank = value.dim() if isinstance(value, torch.Tensor) else -1
-            accepted = self.__dict__["_lazynn_ranks"]
+            accepted = self._lazynn.ranks
             if rank not in accepted:
                 raise InferenceError(
                     message(
@@ -145,7 +149,7 @@ class _RankAgnostic(LazyLayer, nn.Module):
     def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
         entries = [
             state_dict.get(prefix + (f"{path}.{name}" if path else name))
-            for path, name, _ in self._lazynn_slots()
+            for (path, name), _ in self._lazynn_slots()
         ]
         if not any(isinstance(e, torch.Tensor) and not is_placeholder(e) for e in entries):
             return  # nothing built in the checkpoint: stay unbuilt
@@ -159,8 +163,7 @@ class _RankAgnostic(LazyLayer, nn.Module):
                     module_path(self, prefix[:-1]),
                     "a checkpoint that tells this layer's rank (1d, 2d or 3d)",
                     "one that does not (a norm's tensors look the same in every rank)",
-                    "build the model first (lazynn.build(model, example) or one call), then "
-                    "load the checkpoint",
+                    f"build the model first ({BUILD} or one call), then load the checkpoint",
                 )
             )
         layout = self.__dict__["cls_to_become"]

@@ -1,4 +1,9 @@
-"""LazyLinear: ``nn.Linear`` with ``in_features`` read from the input's last dimension."""
+"""Linear layers: ``in_features`` (and Bilinear's ``in2_features``) read from the inputs'
+last dimensions.
+
+    LazyLinear(out_features, ...)     in_features = H_in of (*, H_in)
+    LazyBilinear(out_features, ...)   in1_features, in2_features = last dims of the two inputs
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ._declare import Infer, LazyLayer
+from .._factory import lazy
+from .._infer import Infer
+from .._layer import LazyLayer
 
-__all__ = ["LazyLinear"]
+__all__ = ["LazyBilinear", "LazyLinear"]
 
 
 class LazyLinear(LazyLayer, nn.Linear):
@@ -43,3 +50,8 @@ class LazyLinear(LazyLayer, nn.Linear):
         dtype: torch.dtype | None = None,
     ) -> None:
         self._lazynn_setup(out_features=out_features, bias=bias, device=device, dtype=dtype)
+
+
+LazyBilinear = lazy(
+    nn.Bilinear, in1_features=Infer(arg=0, dim=-1), in2_features=Infer(arg=1, dim=-1)
+)

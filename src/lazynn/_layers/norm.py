@@ -1,4 +1,14 @@
-"""Lazy batch and instance norms: ``num_features`` read from the channel dimension.
+"""Lazy normalization layers.
+
+    LazyBatchNorm1d/2d/3d, LazyInstanceNorm1d/2d/3d(...)   num_features = C of (N, C, *)
+    LazySyncBatchNorm(...)                                 num_features = C of (N, C, *)
+    LazyGroupNorm(num_groups, ...)                         num_channels = C of (N, C, *)
+    LazyLayerNorm(..., dims=1) / LazyRMSNorm(..., dims=1)  normalized_shape = last `dims` dims
+
+>>> import torch, lazynn
+>>> norm = lazynn.LazyGroupNorm(2)
+>>> norm(torch.randn(4, 6, 5)).shape, type(norm).__name__, norm.num_channels
+(torch.Size([4, 6, 5]), 'GroupNorm', 6)
 
 ``LazyInstanceNorm*`` defaults are those of ``nn.InstanceNorm*`` (``affine=False,
 track_running_stats=False``), unlike torch's own ``nn.LazyInstanceNorm*`` (which default both
@@ -13,17 +23,24 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._callers import tool_fix
-from ._declare import UNKNOWN, Infer, LazyLayer
-from ._errors import UnbuiltError, message, module_path
+from .._callers import find_tool
+from .._errors import UnbuiltError, message, module_path
+from .._factory import lazy
+from .._infer import UNKNOWN, Infer
+from .._layer import LazyLayer
+from .._state import lazy_state
 
 __all__ = [
     "LazyBatchNorm1d",
     "LazyBatchNorm2d",
     "LazyBatchNorm3d",
+    "LazyGroupNorm",
     "LazyInstanceNorm1d",
     "LazyInstanceNorm2d",
     "LazyInstanceNorm3d",
+    "LazyLayerNorm",
+    "LazyRMSNorm",
+    "LazySyncBatchNorm",
 ]
 
 
@@ -57,14 +74,14 @@ class _LazyNorm(LazyLayer):
         ``SyncBatchNorm.convert_sync_batchnorm``, which reads it to construct its layer, gets
         lazynn's refusal with the fix rather than a TypeError from ``torch.empty``.)"""
         value = self.__dict__["num_features"]
-        tool = tool_fix() if value is UNKNOWN else None
+        tool = find_tool() if value is UNKNOWN else None
         if tool is not None:
             raise UnbuiltError(
                 message(
                     module_path(self),
-                    f"a built layer for {tool[0]}",
+                    f"a built layer for {tool.name}",
                     "an unbuilt layer, whose num_features the first input decides",
-                    tool[1],
+                    tool.fix,
                 )
             )
         return value
@@ -158,3 +175,78 @@ class LazyInstanceNorm3d(_LazyInstanceNorm, nn.InstanceNorm3d):
     __doc__ = _doc(nn.InstanceNorm3d, _IN3, False, "2, 3, 2, 2, 2")
     cls_to_become = nn.InstanceNorm3d
     inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_IN3)}
+
+
+LazyGroupNorm = lazy(nn.GroupNorm, num_channels=Infer(dim=1, probe="num_groups"))
+LazySyncBatchNorm = lazy(nn.SyncBatchNorm, num_features=Infer(dim=1))
+
+
+def _trailing(dims: int) -> Mapping[str, Infer]:
+    if not isinstance(dims, int) or dims < 1:
+        raise ValueError(
+            f"dims: expected a positive number of trailing dimensions, received {dims!r}"
+        )
+    return {"normalized_shape": Infer(trailing=dims)}
+
+
+class LazyLayerNorm(LazyLayer, nn.LayerNorm):
+    """``nn.LayerNorm`` with ``normalized_shape`` read from the input's trailing dimensions.
+
+    Input ``(*, D_1, ..., D_k)``; ``normalized_shape = (D_1, ..., D_k)`` with ``k = dims``
+    (default 1: the last dimension). Other arguments as ``nn.LayerNorm``.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.LazyLayerNorm(dims=2)
+    >>> norm(torch.randn(4, 3, 5)).shape, norm.normalized_shape
+    (torch.Size([4, 3, 5]), (3, 5))
+    """
+
+    cls_to_become = nn.LayerNorm
+    inferred: ClassVar[Mapping[str, Infer]] = _trailing(1)
+    mixed_precision_input = True  # float16/bfloat16 input with float32 parameters, as eager
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        dims: int = 1,
+    ) -> None:
+        lazy_state(self).specs = _trailing(dims)
+        self._lazynn_setup(
+            eps=eps, elementwise_affine=elementwise_affine, bias=bias, device=device, dtype=dtype
+        )
+
+
+class LazyRMSNorm(LazyLayer, nn.RMSNorm):
+    """``nn.RMSNorm`` with ``normalized_shape`` read from the input's trailing dimensions.
+
+    Input ``(*, D_1, ..., D_k)``; ``normalized_shape = (D_1, ..., D_k)`` with ``k = dims``
+    (default 1). Other arguments as ``nn.RMSNorm``.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.LazyRMSNorm()
+    >>> norm(torch.randn(4, 6)).shape, norm.normalized_shape
+    (torch.Size([4, 6]), (6,))
+    """
+
+    cls_to_become = nn.RMSNorm
+    inferred: ClassVar[Mapping[str, Infer]] = _trailing(1)
+    any_float_input = True  # nn.RMSNorm computes a float64 input with float32 weights
+
+    def __init__(
+        self,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        dims: int = 1,
+    ) -> None:
+        lazy_state(self).specs = _trailing(dims)
+        self._lazynn_setup(
+            eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype
+        )

@@ -1,0 +1,147 @@
+"""A lazy layer's sizes, solved from a checkpoint's tensor shapes.
+
+Each tensor dimension of a layer is an affine function of an inferred size (``in_channels /
+groups``, ``in_features``...). Constructing the layer on meta with the probe sizes, then with
+one probe doubled, tells for each inferred size one dimension that depends on it and how; the
+checkpoint's dimension gives the size. :func:`solve_sizes` does this for every size (each
+element of a tuple size, such as LayerNorm's ``normalized_shape``, is its own unknown).
+
+>>> import torch
+>>> def shapes(sizes):
+...     return {("", "weight"): torch.Size([4, sizes["in_features"]])}
+>>> solve_sizes({"in_features": 1}, shapes, {("", "weight"): torch.Size([4, 7])}, "fc", "")
+{'in_features': 7}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ._construct import Slot, key_text
+from ._errors import CheckpointError, message, shape_str
+
+__all__ = ["Shapes", "solve_sizes"]
+
+#: sizes -> the shape of every tensor of the layer built with them (on meta)
+Shapes = Callable[[Mapping[str, Any]], dict[Slot, torch.Size]]
+#: an unknown: (size name, element index for a tuple size, or None)
+_Unknown = tuple[str, int | None]
+
+
+def solve_sizes(
+    base: Mapping[str, Any],
+    shapes: Shapes,
+    found: Mapping[Slot, torch.Size],
+    where: str,
+    prefix: str,
+) -> dict[str, Any]:
+    """The sizes (as ``base``'s keys and kinds) that give the checkpoint's ``found`` shapes.
+
+    Args:
+        base: the probe value of each inferred size.
+        shapes: what tensors the layer has, and their shapes, for given sizes.
+        found: the checkpoint's shape of each of the layer's tensors it holds.
+        where: the layer, for messages; ``prefix``: its state_dict prefix.
+
+    Raises:
+        CheckpointError: a tensor of the wrong rank, a dimension that gives no whole size, or
+            no tensor from which a size can be read.
+    """
+    probed = shapes(base)
+    _check_ranks(base, shapes, probed, found, where, prefix)
+    unknowns: list[_Unknown] = [
+        (name, index)
+        for name, value in base.items()
+        for index in (range(len(value)) if isinstance(value, tuple) else (None,))
+    ]
+    solved = {
+        unknown: _solve(unknown, base, shapes, probed, found, where, prefix) for unknown in unknowns
+    }
+    return {
+        name: tuple(solved[(name, i)] for i in range(len(value)))
+        if isinstance(value, tuple)
+        else solved[(name, None)]
+        for name, value in base.items()
+    }
+
+
+def _doubled(value: Any, index: int | None = None) -> Any:
+    """``value`` twice as large (a tuple: every element, or only the one at ``index``)."""
+    if not isinstance(value, tuple):
+        return 2 * value
+    return tuple(2 * v if index is None or i == index else v for i, v in enumerate(value))
+
+
+def _check_ranks(
+    base: Mapping[str, Any],
+    shapes: Shapes,
+    probed: dict[Slot, torch.Size],
+    found: Mapping[Slot, torch.Size],
+    where: str,
+    prefix: str,
+) -> None:
+    """Refuse a checkpoint tensor whose rank is not the layer's."""
+    for key, shape in found.items():
+        if key not in probed or len(probed[key]) == len(shape):
+            continue
+        varied = shapes({n: _doubled(v) for n, v in base.items()})
+        dims = [
+            "?" if x != y else str(x)
+            for x, y in zip(probed[key], varied.get(key, probed[key]), strict=True)
+        ]
+        expected = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+        raise CheckpointError(
+            message(
+                where,
+                f"'{prefix}{key_text(key)}' of shape {expected}",
+                f"shape {shape_str(shape)}",
+                "load a checkpoint saved from this kind of layer and arguments",
+            )
+        )
+
+
+def _solve(
+    unknown: _Unknown,
+    base: Mapping[str, Any],
+    shapes: Shapes,
+    probed: dict[Slot, torch.Size],
+    found: Mapping[Slot, torch.Size],
+    where: str,
+    prefix: str,
+) -> int:
+    """One unknown: the first checkpoint dimension that depends on it gives its value."""
+    name, index = unknown
+    probe = base[name] if index is None else base[name][index]
+    other = shapes({**base, name: _doubled(base[name], index)})
+    for key, shape in found.items():
+        if key not in probed or key not in other:
+            continue  # this size changes which tensors the layer has
+        a, b = probed[key], other[key]
+        if len(a) != len(shape):
+            continue
+        dim = next((d for d, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+        if dim is None:
+            continue
+        slope = (b[dim] - a[dim]) / probe
+        guess = probe + (shape[dim] - a[dim]) / slope
+        if guess != int(guess) or guess < 1:
+            raise CheckpointError(
+                message(
+                    where,
+                    f"'{prefix}{key_text(key)}' with dimension {dim} giving a whole {name}",
+                    f"shape {shape_str(shape)}",
+                    "load a checkpoint saved from this kind of layer",
+                )
+            )
+        return int(guess)
+    raise CheckpointError(
+        message(
+            where,
+            f"a checkpoint entry from which {name} can be read",
+            "entries " + ", ".join(f"'{prefix}{key_text(k)}'" for k in found),
+            "load a checkpoint that has this layer's parameters",
+        )
+    )

@@ -1,0 +1,153 @@
+"""Eager construction on a chosen device and dtype, and the meta layouts lazy layers keep.
+
+A lazy layer constructs its eager class three ways: on meta with probe sizes (its layout:
+every attribute, submodule and tensor name, no memory, no random numbers), on meta with real
+sizes (shapes to check a checkpoint or an input against), and for real (the build, drawing
+the random numbers ``cls(...)`` draws). :func:`new` does all three, for torch.nn classes
+(which take ``device`` and ``dtype``) and for classes that do not.
+
+>>> layer = new(torch.nn.Linear, {"in_features": 3, "out_features": 2}, "meta", None)
+>>> layer.weight.shape, layer.weight.device
+(torch.Size([2, 3]), device(type='meta'))
+>>> {key_text(k): tuple(t.shape) for k, t in slots(layer).items()}
+{'weight': (2, 3), 'bias': (2,)}
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._tensors import map_tensors, meta_like, own_slots, raw
+
+__all__ = [
+    "MODULE_KEYS",
+    "Slot",
+    "differs",
+    "forward_names",
+    "key_text",
+    "match_dtypes",
+    "new",
+    "short_repr",
+    "slots",
+]
+
+#: the attributes every nn.Module has (not a layer's own settings)
+MODULE_KEYS = frozenset(nn.Module().__dict__)
+
+#: (submodule path, tensor name): where a parameter or buffer sits in a layer
+Slot = tuple[str, str]
+
+
+@functools.cache
+def _takes_factory_kwargs(cls: type[nn.Module]) -> bool:
+    """Whether ``cls(...)`` accepts ``device=`` and ``dtype=`` (every torch.nn layer does)."""
+    params = inspect.signature(cls.__init__).parameters
+    if "device" in params and "dtype" in params:
+        return True
+    # nn.RNN/LSTM/GRU take (*args, **kwargs) and pass device/dtype on to RNNBase.
+    return any(p.kind is p.VAR_KEYWORD for p in params.values()) and cls.__module__.startswith(
+        "torch.nn"
+    )
+
+
+def new(
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    device: torch.device | str,
+    dtype: torch.dtype | None,
+    into: nn.Module | None = None,
+) -> nn.Module:
+    """``cls(**kwargs)`` on ``device`` with floating dtype ``dtype``; or, with ``into``, its
+    ``__init__`` run on that (lazy) instance.
+
+    A class without ``device``/``dtype`` arguments is constructed under the
+    ``torch.device(device)`` context and its floating tensors cast to ``dtype`` after.
+    """
+    if str(device) == "meta":
+        # Tensor arguments (LinearCrossEntropyLoss's class weights) go to meta with the layer.
+        kwargs = {k: map_tensors(meta_like, v) for k, v in kwargs.items()}
+        # A layout with probe sizes may warn where the real sizes would not (a zero-row
+        # tensor's init): the real construction warns as eager does.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _construct(cls, kwargs, device, dtype, into)
+    return _construct(cls, kwargs, device, dtype, into)
+
+
+def _construct(
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    device: torch.device | str,
+    dtype: torch.dtype | None,
+    into: nn.Module | None,
+) -> nn.Module:
+    init: Any = cls.__init__
+    if _takes_factory_kwargs(cls):  # type: ignore[arg-type]
+        full = {**kwargs, "device": device, "dtype": dtype}
+        if into is not None:
+            init(into, **full)
+            return into
+        return cls(**full)
+    with torch.device(device):
+        module = into if into is not None else cls.__new__(cls)
+        init(module, **kwargs)
+    if dtype is not None and dtype != torch.get_default_dtype() and into is None:
+        module.to(dtype)
+    return module
+
+
+def slots(module: nn.Module) -> dict[Slot, torch.Tensor]:
+    """Every parameter and buffer below ``module``, by (submodule path, name)."""
+    return {
+        (path, name): tensor
+        for path, sub in module.named_modules()
+        for _, name, tensor in own_slots(sub)
+    }
+
+
+def key_text(key: Slot) -> str:
+    """A slot as a state_dict key: ``"linear1.weight"``."""
+    path, name = key
+    return f"{path}.{name}" if path else name
+
+
+@functools.cache
+def forward_names(cls: type[nn.Module]) -> list[str]:
+    """The names of ``cls.forward``'s arguments, without ``self``."""
+    return list(inspect.signature(cls.forward).parameters)[1:]
+
+
+def differs(a: Any, b: Any) -> bool:
+    """Whether two attribute values differ (plain values only; anything else: no)."""
+    plain = (int, float, bool, str, tuple, type(None))
+    if isinstance(a, plain) and isinstance(b, plain):
+        return bool(a != b)
+    return False
+
+
+def short_repr(module: nn.Module) -> str:
+    """``Conv2d(3, 8, kernel_size=(3, 3))``; for a module with children, its name only."""
+    if module._modules:
+        return f"{type(module).__name__}({module.extra_repr()})".replace("()", "")
+    return repr(module)
+
+
+def match_dtypes(shadow: nn.Module, placeholders: Iterable[tuple[Slot, torch.Tensor]]) -> None:
+    """Give a meta shadow the dtypes the placeholders were moved to (``.double()``...)."""
+    modules = dict(shadow.named_modules())
+    for (prefix, name), placeholder in placeholders:
+        module = modules[prefix]
+        tensor = getattr(module, name)
+        dtype = raw(placeholder).dtype
+        if tensor is not None and tensor.dtype != dtype:
+            if name in module._parameters:
+                module._parameters[name] = nn.Parameter(tensor.to(dtype), tensor.requires_grad)
+            else:
+                module._buffers[name] = tensor.to(dtype)

@@ -1,0 +1,437 @@
+"""Declarative lazy layers: an eager class, plus where its inferred sizes come from.
+
+A lazy layer is a few lines::
+
+    class LazyLinear(LazyLayer, nn.Linear):
+        cls_to_become = nn.Linear
+        inferred = {"in_features": Infer(dim=-1)}
+
+        def __init__(self, out_features, bias=True, device=None, dtype=None):
+            self._lazynn_setup(out_features=out_features, bias=bias, device=device, dtype=dtype)
+
+``LazyLayer`` does the rest, the same way for every layer:
+
+* construction runs the eager ``__init__`` on the meta device with a probe size, so the lazy
+  module has every attribute of the eager one and one placeholder per parameter and buffer
+  (with the eager dtype), and consumes no random numbers;
+* the first call reads the sizes from the inputs, checks them (rank, dtype, and a forward of
+  the eager layer on meta tensors, so a kernel larger than the input is caught), then
+  constructs the eager layer for real, exactly as ``nn.Linear(in, out)`` would, under the
+  current RNG, and moves its tensors into the placeholders (same Python objects);
+* a built checkpoint builds an unbuilt layer: sizes are solved from the tensor shapes, and
+  every shape is checked against what the layer already knows.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ._checkpoint import solve_sizes
+from ._construct import (
+    MODULE_KEYS,
+    Slot,
+    differs,
+    forward_names,
+    key_text,
+    match_dtypes,
+    new,
+    slots,
+)
+from ._errors import (
+    CheckpointError,
+    InferenceError,
+    LazynnError,
+    message,
+    module_path,
+    shape_str,
+)
+from ._infer import CLASS_KEY, UNKNOWN, Infer, unknown_parts
+from ._inputs import check_input, read_sizes, run_on_meta
+from ._mixin import LazyModuleMixin, attach, finish, in_build, is_unbuilt, rehearsing
+from ._placeholder import UninitializedBuffer, UninitializedParameter, fill
+from ._state import LazyState, context, lazy_state, record_construction
+from ._tensors import is_placeholder, own_slots, raw
+
+__all__ = ["LazyLayer", "placeholder_for"]
+
+#: the second probe of _lazynn_hide_probes, as a multiple of the first
+_FAR = 1024
+
+
+class LazyLayer(LazyModuleMixin):
+    """Base of lazy layers declared by ``cls_to_become`` and ``inferred`` (see module doc).
+
+    Class attributes:
+        cls_to_become: the eager ``nn.Module`` class the layer becomes.
+        inferred: constructor argument name -> :class:`Infer`.
+        mixed_precision_input: whether a float16/bfloat16 input may meet float32 parameters
+            (as torch's norm layers allow). Default: ``False``: the input's dtype must equal
+            the parameters' (as ``nn.Linear`` and convolutions require).
+    """
+
+    cls_to_become: type[nn.Module]  # type: ignore[assignment]
+    inferred: ClassVar[Mapping[str, Infer]]
+    mixed_precision_input: ClassVar[bool] = False
+    #: whether any floating input dtype is accepted (nn.RMSNorm computes mixed dtypes)
+    any_float_input: ClassVar[bool] = False
+
+    #: what the layer knows before its build (deleted by the build)
+    _lazynn: LazyState
+
+    # --- construction ---------------------------------------------------------------------
+    def _lazynn_setup(self, **kwargs: Any) -> None:
+        """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders."""
+        held = [
+            k
+            for k, v in kwargs.items()
+            if isinstance(v, nn.Module) and any(True for _ in (*v.parameters(), *v.buffers()))
+        ]
+        if held:
+            # The layout would hold the user's module: its tensors would become placeholders
+            # and the eager constructor (nn.Transformer's _reset_parameters) would rewrite it.
+            raise LazynnError(
+                message(
+                    type(self).__name__,
+                    "constructor arguments that hold no parameters (a lazy layer lays out "
+                    "everything it holds before it knows its sizes)",
+                    "modules with parameters for " + ", ".join(held),
+                    f"construct nn.{self.cls_to_become.__name__} with the sizes written out "
+                    "when you bring your own modules; keep lazy layers inside your modules "
+                    "instead",
+                )
+            )
+        state = lazy_state(self)
+        device = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        target = torch.device(device) if device is not None else torch.get_default_device()
+        probes = {name: spec.probe_value(kwargs) for name, spec in self._lazynn_specs().items()}
+        if isinstance(self, self.cls_to_become):
+            new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype, into=self)
+        else:  # not a subclass of the class it becomes (rank-agnostic): copy a meta layout
+            self.__dict__.update(
+                new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype).__dict__
+            )
+        for prefix, module in self.named_modules():
+            for store, name, tensor in own_slots(module):
+                kind = UninitializedBuffer if store is module._buffers else UninitializedParameter
+                placeholder = placeholder_for(tensor, kind, target, self, prefix, name)
+                store[name] = state.placeholders[(prefix, name)] = placeholder
+        for name, spec in self._lazynn_specs().items():
+            if name in self.__dict__:  # stored by the eager class (not all store it)
+                unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
+                setattr(self, name, unknown)
+        if self._modules:
+            self._lazynn_hide_probes({**kwargs, **probes}, dtype)
+        state.kwargs = kwargs
+        state.device = target
+        state.dtype = dtype if dtype is not None else torch.get_default_dtype()
+        attach(self)
+        record_construction(self)
+
+    def _lazynn_hide_probes(self, layout_kwargs: Mapping[str, Any], dtype: Any) -> None:
+        """Show ``?`` for every attribute of a submodule that the probe sizes decided.
+
+        (``linear1.in_features`` of a transformer layer is ``d_model``.) A second meta layout
+        with every probe multiplied tells them apart; the build copies the real values back.
+        """
+        # (A large multiple, not double: a floor division by a constant, such as
+        # AdaptiveLogSoftmaxWithLoss's in_features // div_value**k, must tell them apart too.)
+        doubled = {
+            name: tuple(_FAR * v for v in probe) if isinstance(probe, tuple) else _FAR * probe
+            for name, probe in (
+                (n, spec.probe_value(layout_kwargs)) for n, spec in self._lazynn_specs().items()
+            )
+        }
+        other = new(self.cls_to_become, {**layout_kwargs, **doubled}, "meta", dtype)
+        theirs = dict(other.named_modules())
+        for path, module in self.named_modules():
+            if not path or path not in theirs:
+                continue
+            for key, value in list(module.__dict__.items()):
+                if key in MODULE_KEYS or key not in theirs[path].__dict__:
+                    continue
+                other_value = theirs[path].__dict__[key]
+                if differs(value, other_value):
+                    module.__dict__[key] = unknown_parts(value, other_value)
+
+    def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
+        """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
+        return new(self.cls_to_become, {**self._lazynn.kwargs, **sizes}, device, self._lazynn.dtype)
+
+    def _lazynn_slots(self) -> Iterator[tuple[Slot, torch.Tensor]]:
+        """((module path, tensor name), placeholder) for every parameter and buffer.
+
+        The placeholders made at construction, even while ``torch.func.functional_call``
+        has put other tensors in their place.
+        """
+        modules = dict(self.named_modules())
+        record = self._lazynn.placeholders
+        for (prefix, name), tensor in record.items():
+            installed = getattr(modules[prefix], name)
+            if installed is not tensor and is_placeholder(installed):
+                # A move replaced the placeholder (`.to("meta")` can't change a tensor's
+                # device in place, so nn.Module._apply installs a new one): follow it.
+                record[(prefix, name)] = tensor = installed
+            yield (prefix, name), tensor
+
+    def __copy__(self) -> LazyLayer:
+        new = super().__copy__()
+        if is_unbuilt(self):  # type: ignore[arg-type]
+            # The submodules hold this layer's placeholders: a copy that builds on its own
+            # needs its own (a built layer's copy shares them, as torch's does).
+            for name, child in self._modules.items():
+                new._modules[name] = copy.deepcopy(child)
+        installed = {
+            (prefix, name): tensor
+            for prefix, module in new.named_modules()
+            for name, tensor in (*module._parameters.items(), *module._buffers.items())
+        }
+        lazy_state(new).placeholders = {key: installed[key] for key in self._lazynn.placeholders}
+        return new  # type: ignore[return-value]
+
+    # --- building from inputs -------------------------------------------------------------
+    def _lazynn_specs(self) -> Mapping[str, Infer]:
+        """The inferred arguments: the class's ``inferred``, or this instance's own."""
+        own = self._lazynn.specs
+        return own if own is not None else self.inferred
+
+    def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The inferred sizes a call's inputs give (recorded for a rehearsal in progress)."""
+        names = forward_names(self.cls_to_become)  # type: ignore[arg-type]
+        sizes = read_sizes(self, self._lazynn_specs(), names, args, kwargs)  # type: ignore[arg-type]
+        rehearsal = context().rehearsal
+        if rehearsal is not None:
+            # The rehearsal's record of what this layer read (and, for a rank-agnostic layer,
+            # which class it chose).
+            chosen = self.__dict__.get("cls_to_become")
+            rehearsal.sizes[id(self)] = sizes if chosen is None else {**sizes, CLASS_KEY: chosen}
+        return sizes
+
+    def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The call's inputs are on the layer's device and of its dtype."""
+        check_input(
+            self,  # type: ignore[arg-type]
+            self._lazynn_specs(),
+            forward_names(self.cls_to_become),  # type: ignore[arg-type]
+            (t for _, t in self._lazynn_slots() if is_placeholder(t)),
+            args,
+            kwargs,
+            mixed_precision=self.mixed_precision_input,
+            any_float=self.any_float_input,
+        )
+
+    def _lazynn_shadow(self, sizes: Mapping[str, Any]) -> nn.Module:
+        """The eager layer with ``sizes`` on meta, with the placeholders' (moved) dtypes."""
+        shadow = self._lazynn_construct(sizes, "meta")
+        match_dtypes(shadow, self._lazynn_slots())
+        return shadow
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """Read the sizes from example inputs, check them, and build the layer.
+
+        Builds without running the forward, as torch's ``initialize_parameters`` does; called
+        directly, it builds completely (class swap included), as a first call would.
+        """
+        if not in_build():
+            self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
+            return
+        sizes = self._lazynn_read_sizes(args, kwargs)
+        self._lazynn_check_dtype(args, kwargs)
+        on_meta = all(raw(t).is_meta for _, t in self._lazynn_slots() if is_placeholder(t))
+        if on_meta and rehearsing():
+            # The rehearsal runs this layer's forward right after, and restores everything
+            # if it fails: checking on meta first would only run the forward twice.
+            shadow = self._lazynn_shadow(sizes)
+        else:
+            shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)  # type: ignore[arg-type]
+        self._lazynn_check_layout(shadow, sizes)
+        self._lazynn_build(sizes, source=shadow if on_meta else None)
+
+    def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
+        """The layer built with these sizes has the tensors the placeholders stand for.
+
+        (``nn.MultiheadAttention`` with a key size unlike the query's has other parameters.)
+        """
+        built = set(slots(shadow))
+        declared = set(self._lazynn.placeholders)
+        if built != declared:
+            extra = sorted(key_text(k) for k in built - declared)
+            missing = sorted(key_text(k) for k in declared - built)
+            raise InferenceError(
+                message(
+                    module_path(self),  # type: ignore[arg-type]
+                    "inputs that give the layer the parameters it was declared with ("
+                    + ", ".join(sorted(key_text(k) for k in declared))
+                    + ")",
+                    "inputs giving "
+                    + ", ".join(f"{k}={v}" for k, v in sizes.items())
+                    + f", which would add {extra} and drop {missing}",
+                    "declare those sizes in the constructor (for example kdim=, vdim=), or "
+                    "pass inputs of the declared kind",
+                )
+            )
+
+    def _lazynn_build(
+        self,
+        sizes: Mapping[str, int],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        source: nn.Module | None = None,
+    ) -> None:
+        """Construct the eager layer for real and move its tensors into the placeholders.
+
+        By default the layer is constructed where and as it was declared (device, dtype),
+        then each tensor is converted to its placeholder's dtype and device (as moved since).
+        ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
+        ``source`` is an already constructed eager layer to take the tensors from.
+        """
+        sizes = dict(sizes)
+        chosen = sizes.pop(CLASS_KEY, None)
+        if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
+            self.__dict__["cls_to_become"] = chosen
+        placed = list(self._lazynn_slots())
+        if source is not None:
+            eager = source
+        else:
+            devices = {raw(t).device for _, t in placed if is_placeholder(t)}
+            if device is not None:
+                where: torch.device | str = device
+            elif any(d.type == "meta" for d in devices):
+                where = "meta"
+            elif self._lazynn.device.type == "meta" and devices:
+                where = next(iter(devices))  # declared on meta, then to_empty(): build there
+            else:
+                where = self._lazynn.device
+            eager = new(
+                self.cls_to_become,
+                {**self._lazynn.kwargs, **sizes},
+                where,
+                dtype if dtype is not None else self._lazynn.dtype,
+            )
+        eager_modules = dict(eager.named_modules())
+        own_modules = dict(self.named_modules())
+        moves = []
+        for (prefix, name), tensor in placed:  # allocate everything first, commit after
+            if not is_placeholder(tensor):
+                continue
+            value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
+            current = getattr(own_modules[prefix], name)
+            if current is not tensor and (
+                is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
+            ):
+                raise InferenceError(
+                    message(
+                        module_path(self),  # type: ignore[arg-type]
+                        f"'{key_text((prefix, name))}' of shape {shape_str(value.shape)} "
+                        "(from the inputs)",
+                        _describe_substitute(current),
+                        "build the model with a plain call first (model(example)), then take "
+                        "its parameters for torch.func; the layer is still unbuilt",
+                    )
+                )
+            held = raw(tensor)
+            target_device = held.device if device is None else value.device
+            target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
+            if value.device != target_device or value.dtype != target_dtype:
+                value = value.to(device=target_device, dtype=target_dtype)
+            moves.append((own_modules[prefix], name, tensor, value))
+        for module, name, tensor, value in moves:
+            if raw(tensor).device.type == value.device.type:
+                fill(tensor, value)  # in place: an optimizer holding it trains it
+            else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
+                store = module._parameters if name in module._parameters else module._buffers
+                kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
+                store[name] = (
+                    nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
+                )
+        for prefix, module in eager_modules.items():
+            for key, value in module.__dict__.items():
+                if key not in MODULE_KEYS:
+                    own_modules[prefix].__dict__[key] = value
+
+    # --- building from a checkpoint -------------------------------------------------------
+    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+        found: dict[tuple[str, str], torch.Size] = {}
+        for (path, name), _ in self._lazynn_slots():
+            key = prefix + (f"{path}.{name}" if path else name)
+            value = state_dict.get(key)
+            if isinstance(value, torch.Tensor) and not is_placeholder(value):
+                found[(path, name)] = value.shape
+        if not found:
+            return  # nothing built in the checkpoint: stay unbuilt
+        where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
+        sizes = self._lazynn_solve_sizes(found, where, prefix)
+        try:
+            expected = self._lazynn_shapes(sizes)
+        except Exception as error:  # the eager class refuses these sizes with these arguments
+            known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn.kwargs.items())
+            raise CheckpointError(
+                message(
+                    where,
+                    f"a checkpoint whose sizes make a valid layer with its arguments ({known})",
+                    "a checkpoint giving " + ", ".join(f"{k}={v}" for k, v in sizes.items()),
+                    "construct the layer with the arguments the checkpoint was saved with; "
+                    "nothing was loaded into this layer",
+                    detail=str(error),
+                )
+            ) from error
+        wrong = {k: v for k, v in found.items() if tuple(expected[k]) != tuple(v)}
+        if wrong:
+            known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn.kwargs.items())
+            raise CheckpointError(
+                message(
+                    where,
+                    "checkpoint shapes that agree with the layer's arguments ("
+                    + known
+                    + "): "
+                    + ", ".join(f"'{prefix}{key_text(k)}' {shape_str(expected[k])}" for k in wrong),
+                    ", ".join(f"{shape_str(v)}" for v in wrong.values()),
+                    "construct the layer with the arguments the checkpoint was saved with; "
+                    "nothing was loaded into this layer",
+                )
+            )
+        self._lazynn_build(sizes)
+        finish(self)
+
+    def _lazynn_shapes(self, sizes: Mapping[str, Any]) -> dict[tuple[str, str], torch.Size]:
+        """The shape of each tensor of the layer built with ``sizes`` (on meta)."""
+        return {key: t.shape for key, t in slots(self._lazynn_construct(sizes, "meta")).items()}
+
+    def _lazynn_solve_sizes(
+        self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
+    ) -> dict[str, Any]:
+        """Solve each inferred size from checkpoint shapes (see ``_checkpoint``)."""
+        specs = self._lazynn_specs()
+        base = {name: spec.probe_value(self._lazynn.kwargs) for name, spec in specs.items()}
+        return solve_sizes(base, self._lazynn_shapes, found, where, prefix)
+
+
+def _describe_substitute(tensor: torch.Tensor) -> str:
+    """What torch.func.functional_call put in a placeholder's place, for an error message."""
+    if is_placeholder(tensor) or tensor.numel() == 0:
+        return "an unbuilt placeholder seen through torch.func (functional_call or a transform)"
+    return (
+        f"a tensor of shape {shape_str(tensor.shape)} from torch.func.functional_call, "
+        "which does not fit"
+    )
+
+
+def placeholder_for(
+    tensor: torch.Tensor,
+    kind: type[UninitializedParameter] | type[UninitializedBuffer],
+    device: torch.device,
+    owner: nn.Module,
+    prefix: str,
+    name: str,
+) -> torch.Tensor:
+    placeholder = kind(requires_grad=tensor.requires_grad, device=device, dtype=tensor.dtype)
+    label = f"{prefix}.{name}" if prefix else name
+    placeholder._lazynn_owner = f"the '{label}' of {type(owner).__name__}"
+    if kind is UninitializedBuffer:
+        del placeholder.__dict__["_is_buffer"], placeholder.__dict__["persistent"]
+    return placeholder

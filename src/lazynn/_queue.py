@@ -1,0 +1,182 @@
+"""The ``on_build`` queue: work kept in a module until its lazy layers are built.
+
+The queue lives in the module's ``__dict__`` (:data:`KEY`, a frozen :class:`Queue`; a
+``deepcopy`` carries it, nothing global holds the module), ordered by a process-wide counter.
+:func:`run_ready` runs what is due, atomically; ``build``, ``materialize`` and the hooks of
+``lazynn.on_build`` (``_on_build``) call it. This module holds no hook of its own and imports
+no builder, so every builder can import it.
+
+>>> import torch
+>>> ready(torch.nn.Linear(2, 2))
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._mixin import is_lazy_module, is_unbuilt
+from ._snapshot import Snapshot
+from ._state import BUILD_LOCK, context
+from ._tensors import is_placeholder, own_tensors
+
+__all__ = [
+    "KEY",
+    "Entry",
+    "Queue",
+    "add",
+    "due",
+    "entries",
+    "mark_tried",
+    "queue_hook",
+    "ready",
+    "run_ready",
+    "take",
+    "tried",
+]
+
+#: where a module keeps its queue (in its __dict__, so that a copy carries it; not a
+#: "_lazynn" name, which a lazy layer's build deletes)
+KEY = "_on_build_queue"
+_ORDER = itertools.count()
+
+
+@dataclass(eq=False, frozen=True)
+class Entry:
+    """A queued function, and its place in the process-wide order."""
+
+    fn: Callable[[Any], object]
+    order: int
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A module's queue: replaced, never changed in place (so a Snapshot of the module's
+    ``__dict__`` restores it)."""
+
+    entries: tuple[Entry, ...] = ()
+    #: kinds of first call whose whole-module build was tried and reached not every layer
+    tried: frozenset[Any] = frozenset()
+
+
+def queue_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a hook as the queue's: :func:`take` removes marked hooks with the last entry."""
+    fn._lazynn_queue_hook = True  # type: ignore[attr-defined]
+    return fn
+
+
+def _queue(module: nn.Module) -> Queue | None:
+    return module.__dict__.get(KEY)
+
+
+def entries(module: nn.Module) -> tuple[Entry, ...]:
+    """The module's queued entries."""
+    queue = _queue(module)
+    return queue.entries if queue is not None else ()
+
+
+def add(module: nn.Module, fn: Callable[[Any], object]) -> tuple[Entry, bool]:
+    """Queue ``fn`` on ``module``: (its entry, whether it is the first, so hooks are due)."""
+    entry = Entry(fn, next(_ORDER))
+    queue = _queue(module) or Queue()
+    module.__dict__[KEY] = replace(queue, entries=(*queue.entries, entry))
+    return entry, not queue.entries
+
+
+def tried(module: nn.Module, kind: Any) -> bool:
+    """Whether a whole-module build from a call of this kind was tried already."""
+    queue = _queue(module)
+    return queue is not None and kind in queue.tried
+
+
+def mark_tried(module: nn.Module, kind: Any) -> None:
+    """Remember that a whole-module build from a call of this kind was tried."""
+    queue = _queue(module)
+    if queue is not None:
+        module.__dict__[KEY] = replace(queue, tried=queue.tried | {kind})
+
+
+def ready(module: nn.Module) -> bool:
+    """Whether every parameter and buffer in ``module`` holds real, allocated values."""
+    for m in module.modules():
+        if is_unbuilt(m) or is_lazy_module(m):
+            return False
+        for t in own_tensors(m):
+            if is_placeholder(t) or t.is_meta or nn.parameter.is_lazy(t):
+                return False
+    return True
+
+
+def due(scope: nn.Module) -> list[tuple[nn.Module, Entry]]:
+    """The queued functions of ``scope`` and its submodules, in the order they were queued."""
+    found = [(m, e) for m in scope.modules() for e in entries(m)]
+    return sorted(found, key=lambda pair: pair[1].order)
+
+
+def take(module: nn.Module, gone: list[Entry]) -> None:
+    """Unqueue ``gone``; with the queue empty, take the module's queue hooks off too."""
+    queue = _queue(module)
+    remaining = tuple(e for e in (queue.entries if queue else ()) if e not in gone)
+    if remaining and queue is not None:
+        module.__dict__[KEY] = replace(queue, entries=remaining)
+        return
+    module.__dict__.pop(KEY, None)
+    # (nn.Module's hook dicts: the handles would point at another module's dicts after a
+    # deepcopy, so the hooks are found by their mark.)
+    for key in [k for k, h in module._forward_pre_hooks.items() if _marked(h)]:
+        del module._forward_pre_hooks[key]
+        module._forward_pre_hooks_with_kwargs.pop(key, None)
+    for key in [k for k, h in module._load_state_dict_post_hooks.items() if _marked(h)]:
+        del module._load_state_dict_post_hooks[key]
+
+
+def _marked(hook: Any) -> bool:
+    return bool(getattr(hook, "_lazynn_queue_hook", False))
+
+
+def run_ready(scope: nn.Module) -> None:
+    """Run the queued functions of ``scope`` and its submodules whose module is ready.
+
+    Atomic: if one fails, the due modules' tensors and structure are put back as they were
+    and the failed function and those after it stay queued.
+    """
+    here = context()
+    if here.queue_running:
+        return  # a queued function called the model, or built: the queue is running
+    with BUILD_LOCK:
+        found = [(m, e) for m, e in due(scope) if ready(m)]
+        if not found:
+            return
+        modules = list({id(m): m for m, _ in found}.values())
+        snapshots = [Snapshot(m) for m in modules]
+        backup = {
+            id(t): (t, t.detach().clone())
+            for m in modules
+            for sub in m.modules()
+            for t in own_tensors(sub)
+            if not is_placeholder(t) and not t.is_meta
+        }
+        for module in modules:  # taken off first: a queued function may call the model
+            take(module, [e for m, e in found if m is module])
+        here.queue_running = True
+        try:
+            for module, entry in found:
+                entry.fn(module)
+        except BaseException:
+            for snapshot in snapshots:
+                snapshot.restore()  # structure, and the queues as they were
+            with torch.no_grad():
+                for tensor, value in backup.values():
+                    if tensor.shape == value.shape and tensor.dtype == value.dtype:
+                        tensor.copy_(value)
+                    else:
+                        tensor.data = value
+            raise
+        finally:
+            here.queue_running = False

@@ -1,0 +1,161 @@
+"""The replay plan: how ``build`` reproduces an eager model's random stream.
+
+An eager model draws every layer's numbers at construction, in construction order. A mixed
+model's eager layers drew theirs while the lazy ones drew nothing, so from the first lazy
+layer on they hold numbers from the wrong place in the stream. If nothing drew random
+numbers between the model's construction and the build (the generator is exactly where
+replaying the mixed construction from the first lazy layer's recorded state ends), the build
+replays: generator set back to that state, every layer initialized in construction order. An
+eager layer is re-initialized only if it still holds its constructed values and has a
+``reset_parameters()``; from the first one that cannot be replayed on, later eager layers keep
+their values (with a warning).
+
+:func:`plan` decides all this before anything changes, and returns a frozen :class:`Plan`.
+
+>>> import torch, lazynn
+>>> model = torch.nn.Sequential(lazynn.LazyLinear(2), torch.nn.Linear(2, 2))
+>>> chosen = plan(list(model.named_modules()), {model[0]}, None, torch.get_rng_state())
+>>> chosen.start is not None, chosen.replay == frozenset({model[1]}), chosen.notes
+(True, True, ())
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._state import find_state
+from ._tensors import is_placeholder, own_tensors
+
+__all__ = ["Plan", "plan", "reset_of", "scratch_init"]
+
+
+def reset_of(module: nn.Module) -> Any:
+    """The module's ``reset_parameters``, or None."""
+    reset = getattr(module, "reset_parameters", None)
+    return reset if callable(reset) else None
+
+
+def scratch_init(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` re-initialized by its ``reset_parameters()`` (draws its numbers)."""
+    twin: Any = copy.deepcopy(module)
+    twin.reset_parameters()
+    return twin  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How each eager layer after the first lazy one is treated (see the module doc)."""
+
+    #: the generator state to initialize from (the first lazy layer's construction), or None:
+    #: draw from the current state
+    start: torch.Tensor | None = None
+    #: eager layers re-initialized in construction order
+    replay: frozenset[nn.Module] = frozenset()
+    #: eager layers kept as they are, whose construction's draws are replayed (on a scratch
+    #: copy) to keep the stream aligned: tied weights, and layers the user changed
+    tied: frozenset[nn.Module] = frozenset()
+    #: why the model may differ from an eager one, for a warning
+    notes: tuple[str, ...] = ()
+
+
+def plan(
+    order: list[tuple[str, nn.Module]],
+    lazy: set[nn.Module],
+    device: torch.device | None,
+    now: torch.Tensor,
+) -> Plan:
+    """The plan for a model whose modules, in registration order, are ``order``, whose lazy
+    layers are ``lazy``, built on ``device``, with the generator now at ``now``."""
+    first = next((i for i, (_, m) in enumerate(order) if m in lazy), None)
+    if first is None:
+        return Plan()
+    eager_after = [
+        (p, m)
+        for p, m in order[first + 1 :]
+        if m not in lazy
+        and own_tensors(m)
+        and not any(is_placeholder(t) for t in own_tensors(m))  # inside a lazy layer
+    ]
+    path, layer = order[first]
+    state = find_state(layer)
+    declared = state.device if state is not None else None
+    if device is not None and device.type not in ("cpu", "meta"):
+        return Plan()  # another generator: draw from its current state
+    if declared is not None and declared.type != "cpu" and device is None:
+        return Plan()
+    if state is None or state.rng is None:
+        notes: tuple[str, ...] = ()
+        if eager_after:
+            notes = (
+                f"the first lazy layer, '{path}', is torch's own (it records no "
+                "construction state), so the eager layers after it keep their values and "
+                "the model is not reproducible as an eager one: use lazynn's layers",
+            )
+        return Plan(notes=notes)
+    owned = {id(t) for _, m in order[: first + 1] for t in own_tensors(m)}
+    replay, tied, found, stopped, end = _rehearse_stream(state.rng, eager_after, owned)
+    # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
+    if stopped is None and not torch.equal(end, now):
+        return Plan(
+            tied=frozenset(tied),
+            notes=(
+                "random numbers were drawn between constructing the model and build(): the "
+                "lazy layers are initialized from the current random state (as a first call "
+                "would) and the eager ones keep their values, so the model differs from an "
+                "eager one; for an exact eager twin, seed, construct, then build",
+            ),
+        )
+    return Plan(state.rng, frozenset(replay), frozenset(tied), tuple(found))
+
+
+def _rehearse_stream(
+    start: torch.Tensor, eager_after: list[tuple[str, nn.Module]], owned: set[int]
+) -> tuple[set[nn.Module], set[nn.Module], list[str], str | None, torch.Tensor]:
+    """Replay the eager layers' construction draws from ``start`` on scratch copies:
+    (replayable layers, tied or changed ones, notes, the first layer that cannot be replayed,
+    the generator state at the end). The generator is left as it was."""
+    replay: set[nn.Module] = set()
+    tied: set[nn.Module] = set()
+    notes: list[str] = []
+    stopped = None
+    saved = torch.get_rng_state()
+    try:
+        torch.set_rng_state(start)
+        for path, module in eager_after:
+            tensors = own_tensors(module)
+            if any(id(t) in owned for t in tensors):
+                tied.add(module)
+                if reset_of(module) is not None:
+                    scratch_init(module)
+            elif stopped is None and reset_of(module) is not None:
+                twin = scratch_init(module)
+                same = all(
+                    torch.equal(a, b)
+                    for a, b in zip(own_tensors(twin), tensors, strict=True)
+                    if not a.is_meta and not b.is_meta
+                )
+                if same:
+                    replay.add(module)
+                else:  # changed by the user: kept, but the stream advances past its init
+                    tied.add(module)
+                    notes.append(
+                        f"kept the values of '{path}': they were changed after "
+                        "construction, so it was not re-initialized in construction order"
+                    )
+            elif stopped is None:
+                stopped = path
+            owned.update(id(t) for t in tensors)
+        end = torch.get_rng_state()
+    finally:
+        torch.set_rng_state(saved)
+    if stopped is not None:
+        notes.append(
+            f"'{stopped}' initializes outside reset_parameters() (or has none): from it on, "
+            "eager layers keep their constructed values and may differ from an eager model"
+        )
+    return replay, tied, notes, stopped, end

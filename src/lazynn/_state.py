@@ -1,0 +1,195 @@
+"""lazynn's state, in one place: the build lock, each thread's context, each lazy module's.
+
+* :data:`BUILD_LOCK`: one re-entrant lock for every build, rehearsal, allocation and queue
+  run in the process (docs/design.md, "Threads", says what it guards).
+* :func:`context`: what the current thread is doing (a rehearsal, a build, a queue run...),
+  one :class:`Context` per thread.
+* :class:`LazyState`: what an unbuilt lazy layer knows, under the one attribute
+  ``module.__dict__["_lazynn"]``; the build deletes it with the rest of the machinery.
+* :data:`META_BUILT`: layers ``build(device="meta")`` built, and how ``materialize``
+  allocates them (:class:`Rebuild` or :class:`CopyFrom`).
+* :func:`record_construction`: the CPU generator's state at each lazy module's construction,
+  for ``build``'s replay of an eager construction.
+
+>>> context().builds
+0
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "BUILD_LOCK",
+    "META_BUILT",
+    "STATE_KEY",
+    "Context",
+    "CopyFrom",
+    "LazyState",
+    "Rebuild",
+    "Rehearsing",
+    "context",
+    "find_state",
+    "lazy_state",
+    "record_construction",
+]
+
+#: One lock for every materialization in the process. A build happens once per module, so
+#: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
+#: lazy children.
+BUILD_LOCK = threading.RLock()
+
+#: The attribute of an unbuilt lazy layer that holds its :class:`LazyState`.
+STATE_KEY = "_lazynn"
+
+
+@dataclass
+class Rehearsing:
+    """A meta rehearsal in progress on this thread: what each lazy layer read."""
+
+    #: id(layer) -> the sizes it read (and, for a rank-agnostic layer, the class it chose)
+    sizes: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What this thread is doing inside lazynn."""
+
+    #: the meta rehearsal running (``lazynn.build`` / ``summary``), or None
+    rehearsal: Rehearsing | None = None
+    #: how many builds (``_infer_parameters``) are running, nested
+    builds: int = 0
+    #: ids of the modules built during the current first call (``LazyModuleMixin.__call__``)
+    built_here: set[int] | None = None
+    #: whether an ``on_build`` queue is running (a queued function may call the model)
+    queue_running: bool = False
+    #: whether a refusal is being worded (wording it hashes placeholders: not again)
+    wording: bool = False
+
+
+_LOCAL = threading.local()
+
+
+def context() -> Context:
+    """This thread's :class:`Context`."""
+    found: Context | None = getattr(_LOCAL, "context", None)
+    if found is None:
+        found = _LOCAL.context = Context()
+    return found
+
+
+@dataclass(eq=False)
+class LazyState:
+    """What an unbuilt ``LazyLayer`` knows (its sizes are what it does not)."""
+
+    #: constructor arguments, without the inferred ones, device and dtype
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the device it was declared on (placeholders record where they were moved since)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    #: the floating dtype it was declared with
+    dtype: torch.dtype = torch.float32
+    #: (submodule path, tensor name) -> the placeholder made at construction
+    placeholders: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict)
+    #: this instance's own inferred arguments (``dims=``, undeclared ``kdim``), or None for
+    #: the class's ``inferred``
+    specs: Mapping[str, Any] | None = None
+    #: a rank-agnostic layer: the input ranks it accepts, and its arguments for ``repr``
+    ranks: tuple[int, ...] = ()
+    shown: tuple[Any, ...] | None = None
+    #: the CPU generator's state at construction (shared with the lazy modules constructed
+    #: right before it, while nothing drew in between)
+    rng: torch.Tensor | None = None
+    #: construction number: copies (``deepcopy``) keep it, so ``build`` gives copies built
+    #: together the values of the first, as eager copies have
+    birth: int = -1
+
+    def copy(self) -> LazyState:
+        """An independent copy (its own dicts), for a copy of the module."""
+        return LazyState(
+            kwargs=dict(self.kwargs),
+            device=self.device,
+            dtype=self.dtype,
+            placeholders=dict(self.placeholders),
+            specs=self.specs,
+            ranks=self.ranks,
+            shown=self.shown,
+            rng=self.rng,
+            birth=self.birth,
+        )
+
+    def restore(self, saved: LazyState) -> None:
+        """Take back every field of ``saved`` (a :meth:`copy`), in place."""
+        self.kwargs.clear()
+        self.kwargs.update(saved.kwargs)
+        self.placeholders.clear()
+        self.placeholders.update(saved.placeholders)
+        self.device, self.dtype, self.specs = saved.device, saved.dtype, saved.specs
+        self.ranks, self.shown, self.rng, self.birth = (
+            saved.ranks,
+            saved.shown,
+            saved.rng,
+            saved.birth,
+        )
+
+
+def find_state(module: nn.Module) -> LazyState | None:
+    """The module's :class:`LazyState`, or None (a built or an eager module)."""
+    return module.__dict__.get(STATE_KEY)
+
+
+def lazy_state(module: nn.Module) -> LazyState:
+    """The module's :class:`LazyState` (created empty if it has none yet)."""
+    state = module.__dict__.get(STATE_KEY)
+    if state is None:
+        state = module.__dict__[STATE_KEY] = LazyState()
+    return state  # type: ignore[no-any-return]
+
+
+_LAST_RNG_STATE: list[torch.Tensor] = []
+_BIRTHS = itertools.count()
+
+
+def record_construction(module: nn.Module) -> None:
+    """Remember the CPU generator's state at construction, for build()'s replay.
+
+    ``lazynn.build`` initializes as an eager model's construction would have: from this state,
+    in construction order. Consecutive lazy modules share one recorded tensor (5 KB) as long as
+    nothing drew random numbers between their constructions.
+    """
+    state = torch.get_rng_state()
+    if not _LAST_RNG_STATE or not torch.equal(state, _LAST_RNG_STATE[0]):
+        _LAST_RNG_STATE[:] = [state]
+    record = lazy_state(module)
+    record.rng = _LAST_RNG_STATE[0]
+    record.birth = next(_BIRTHS)
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """A layer ``build`` built on meta: ``materialize`` constructs it as its eager class
+    constructs (``cls(**kwargs)`` with ``dtype``) and adopts the tensors."""
+
+    cls: type[nn.Module]
+    kwargs: dict[str, Any]
+    dtype: torch.dtype | None
+
+
+@dataclass(frozen=True)
+class CopyFrom:
+    """A copy of a lazy layer ``build`` built on meta: ``materialize`` gives it the values
+    of ``source`` (built with the same sizes), as eager copies share their original's."""
+
+    source: nn.Module
+
+
+#: Layers build() built on meta -> how materialize() allocates them (weak: a dropped model
+#: is forgotten).
+META_BUILT: weakref.WeakKeyDictionary[nn.Module, Rebuild | CopyFrom] = weakref.WeakKeyDictionary()
