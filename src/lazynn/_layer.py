@@ -186,11 +186,7 @@ class LazyLayer(LazyModuleMixin):
             # needs its own (a built layer's copy shares them, as torch's does).
             for name, child in self._modules.items():
                 new._modules[name] = copy.deepcopy(child)
-        installed = {
-            (prefix, name): tensor
-            for prefix, module in new.named_modules()
-            for name, tensor in (*module._parameters.items(), *module._buffers.items())
-        }
+        installed = slots(new)
         lazy_state(new).placeholders = {key: installed[key] for key in self._lazynn.placeholders}
         return new  # type: ignore[return-value]
 

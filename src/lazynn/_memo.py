@@ -24,7 +24,7 @@ from ._construct import MODULE_KEYS
 from ._infer import UNKNOWN
 from ._mixin import pre_hook
 from ._state import STATE_KEY, LazyState
-from ._tensors import is_placeholder
+from ._tensors import is_placeholder, map_tensors
 
 __all__ = ["Memo"]
 
@@ -77,17 +77,10 @@ def _plain(value: Any) -> bool:
 
 
 def _fresh(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return torch.empty_strided(
-            value.shape, value.stride(), dtype=value.dtype, device=value.device
-        )
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_fresh(v) for v in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(_fresh(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
-    return value
+    """New meta tensors like those in ``value`` (same structure, shapes and strides)."""
+    return map_tensors(
+        lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device), value
+    )
 
 
 class Memo:

@@ -31,7 +31,7 @@ from ._callers import find_tool, under_dynamo
 from ._errors import BUILD, InferenceError, UnbuiltError, message, module_path
 from ._snapshot import Snapshot
 from ._state import BUILD_LOCK, STATE_KEY, context, find_state, record_construction
-from ._tensors import is_placeholder, own_tensors
+from ._tensors import is_placeholder, own_slots, own_tensors
 
 __all__ = [
     "LazyModuleMixin",
@@ -305,14 +305,14 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
         """Build from a checkpoint's shapes. Default, as torch: materialize each placeholder
         with its entry's shape; the class swap waits for the first call."""
-        for name, tensor in (*self._parameters.items(), *self._buffers.items()):
+        for _, name, tensor in own_slots(self):  # type: ignore[arg-type]
             value = state_dict.get(prefix + name)
             if (
                 is_placeholder(tensor)
                 and isinstance(value, torch.Tensor)
                 and not is_placeholder(value)
             ):
-                tensor.materialize(value.shape)  # type: ignore[union-attr]
+                tensor.materialize(value.shape)  # type: ignore[attr-defined]
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
         if is_unbuilt(self):  # type: ignore[arg-type]

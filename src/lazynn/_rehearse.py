@@ -302,8 +302,8 @@ def _tensor_infos(
     """
     originals = snapshot.original_tensors(owner if owner is not None else module)
     infos = []
-    for name, tensor in (*module._parameters.items(), *module._buffers.items()):
-        if tensor is None or is_placeholder(tensor):  # a lazy layer the forward never called
+    for _, name, tensor in own_slots(module):
+        if is_placeholder(tensor):  # a lazy layer the forward never called
             continue
         original = originals.get(name)
         infos.append(
