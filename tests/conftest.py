@@ -11,6 +11,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", "ignore:LSTM with projections is not supported with oneDNN:UserWarning"
     )
+    # (and its note on even kernels with padding="same", given once per process)
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Using padding='same' with even kernel lengths:UserWarning"
+    )
 
 
 @pytest.fixture(params=ROWS, ids=lambda r: r.id)

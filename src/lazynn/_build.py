@@ -258,7 +258,8 @@ def _allocate(
         bar = Progress(total, "lazynn.build", enabled=progress)
         allocation = _Allocation(rehearsal, chosen, device, dtype, bar)
         try:
-            with torch.no_grad():
+            # (inference_mode(False): parameters as a construction outside the mode makes them)
+            with torch.inference_mode(False), torch.no_grad():
                 if chosen.start is not None:
                     torch.set_rng_state(chosen.start)
                 for _, module in order:

@@ -280,6 +280,8 @@ def under_dynamo() -> bool:
     """Whether torch.compile (dynamo's lazy-module protocol) is building a module right now:
     dynamo calls ``initialize_lazy_module`` itself. torch internals: tests/test_compile.py
     compiles an unbuilt rank-agnostic layer, which must give lazynn's refusal."""
+    if "torch._dynamo" not in sys.modules:
+        return False  # (no stack walk on a plain first call)
     return any(
         frame.f_code.co_name == "initialize_lazy_module" and _DYNAMO in frame.f_code.co_filename
         for frame in _frames(2)

@@ -46,8 +46,14 @@ class LazynnError(Exception):
     """Base class of every error lazynn raises."""
 
 
-class InferenceError(LazynnError, ValueError):
-    """An input from which a layer's sizes cannot be inferred; the layer is left unbuilt."""
+class InferenceError(LazynnError, ValueError, RuntimeError):
+    """An input from which a layer's sizes cannot be inferred, or that the built layer's
+    forward refuses; the layer is left unbuilt.
+
+    Subclasses both ``ValueError`` and ``RuntimeError``: for the same bad first input torch
+    raises one or the other (a batch of one for BatchNorm, a kernel larger than the input),
+    so code written against torch keeps working.
+    """
 
 
 class UnbuiltError(LazynnError, RuntimeError, ValueError):
@@ -108,15 +114,16 @@ def _is_wrapper(module: nn.Module) -> bool:
     )
 
 
-def module_path(module: nn.Module, known: str | None = None) -> str:
+def module_path(module: nn.Module, known: str | None = None, name: str | None = None) -> str:
     """Where ``module`` sits in the model being run, as ``"LazyLinear at 'encoder.fc'"``.
 
     ``known`` is used when the caller knows the path (a state_dict prefix, a build pass).
     Otherwise the path is read off the Python call stack: each enclosing frame whose ``self``
     is an ``nn.Module`` that holds the module below it names one more step. This costs a
-    stack walk, so it runs only when an error is being worded.
+    stack walk, so it runs only when an error is being worded. ``name`` is the module's class
+    name to show (a lazy layer's, once the build swapped its class).
     """
-    name = type(module).__name__
+    name = name or type(module).__name__
     if known is not None:
         return f"{name} at '{known}'" if known else f"{name} (the root module)"
     parts: list[str] = []

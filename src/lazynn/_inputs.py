@@ -27,7 +27,14 @@ from ._errors import BUILD, InferenceError, message, meta_limitation, module_pat
 from ._infer import Infer
 from ._tensors import describe, map_tensors, meta_like, raw
 
-__all__ = ["argument", "check_input", "read_sizes", "run_on_meta"]
+__all__ = [
+    "argument",
+    "check_input",
+    "construct_checked",
+    "forward_error",
+    "read_sizes",
+    "run_on_meta",
+]
 
 _LOWER_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -145,19 +152,17 @@ def check_input(
             )
 
 
-def run_on_meta(
+def construct_checked(
     layer: nn.Module,
     construct: Callable[[], nn.Module],
     sizes: Mapping[str, Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> nn.Module:
-    """Construct the eager layer on meta (``construct``) and run it on meta copies of the
-    inputs, in ``layer``'s training mode. Returns that meta layer, so a build on meta can
-    use it.
-    """
+    """``construct()``, the eager layer with ``sizes``; a refusal of its constructor (channels
+    not divisible by ``num_groups``...) is an InferenceError naming the layer and its input."""
     try:
-        shadow = construct()
+        return construct()
     except Exception as error:
         raise InferenceError(
             message(
@@ -169,6 +174,43 @@ def run_on_meta(
                 detail=str(error),
             )
         ) from error
+
+
+def forward_error(
+    layer: nn.Module,
+    built: nn.Module,
+    args: tuple[Any, ...],
+    error: Exception,
+    name: str | None = None,
+) -> InferenceError:
+    """The error of a first call whose forward refused its input after the build: ``built``
+    is the layer as built (for its repr), ``error`` what the forward raised; ``name`` the
+    layer's class name to show."""
+    return InferenceError(
+        message(
+            module_path(layer, name=name),
+            f"an input that {short_repr(built)} accepts",
+            describe(args[0] if len(args) == 1 else args),
+            "call it with a valid input; the layer is still unbuilt",
+            detail=str(error).strip().splitlines()[0]
+            if str(error).strip()
+            else type(error).__name__,
+        )
+    )
+
+
+def run_on_meta(
+    layer: nn.Module,
+    construct: Callable[[], nn.Module],
+    sizes: Mapping[str, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> nn.Module:
+    """Construct the eager layer on meta (``construct``) and run it on meta copies of the
+    inputs, in ``layer``'s training mode. Returns that meta layer, so a build on meta can
+    use it.
+    """
+    shadow = construct_checked(layer, construct, sizes, args, kwargs)
     shadow.train(layer.training)
     meta_args = map_tensors(meta_like, args)
     meta_kwargs = map_tensors(meta_like, dict(kwargs))
@@ -180,13 +222,5 @@ def run_on_meta(
     except Exception as error:
         if meta_limitation(error):
             return shadow  # meta cannot run this forward (e.g. .item()): no verdict
-        raise InferenceError(
-            message(
-                module_path(layer),
-                f"an input that {short_repr(shadow)} accepts",
-                describe(args[0] if len(args) == 1 else args),
-                "call it with a valid input; the layer is still unbuilt",
-                detail=str(error).strip().splitlines()[0],
-            )
-        ) from error
+        raise forward_error(layer, shadow, args, error) from error
     return shadow

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ._callers import under_dynamo
 from ._checkpoint import solve_sizes
 from ._construct import (
     MODULE_KEYS,
@@ -51,7 +52,7 @@ from ._errors import (
     shape_str,
 )
 from ._infer import CLASS_KEY, UNKNOWN, Infer, unknown_parts
-from ._inputs import check_input, read_sizes, run_on_meta
+from ._inputs import check_input, construct_checked, forward_error, read_sizes, run_on_meta
 from ._mixin import LazyModuleMixin, attach, finish, in_build, is_unbuilt, rehearsing
 from ._placeholder import UninitializedBuffer, UninitializedParameter, fill
 from ._state import LazyState, context, lazy_state, record_construction
@@ -239,14 +240,42 @@ class LazyLayer(LazyModuleMixin):
         sizes = self._lazynn_read_sizes(args, kwargs)
         self._lazynn_check_dtype(args, kwargs)
         on_meta = all(raw(t).is_meta for _, t in self._lazynn_slots() if is_placeholder(t))
+        source = None
         if on_meta and rehearsing():
             # The rehearsal runs this layer's forward right after, and restores everything
             # if it fails: checking on meta first would only run the forward twice.
-            shadow = self._lazynn_shadow(sizes)
-        else:
+            shadow = source = self._lazynn_shadow(sizes)
+        elif on_meta or under_dynamo():
+            # No real forward follows to check the input (dynamo builds, then traces; a layer
+            # on meta has no values): the eager layer runs on meta first. (dynamo and sympy
+            # are imported on these paths already, so this costs nothing new.)
             shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)  # type: ignore[arg-type]
+            source = shadow if on_meta else None
+        else:
+            # The first call: the layer is constructed for real, and the forward that follows
+            # is the check; if it fails, LazyModuleMixin.__call__ undoes the build, random
+            # numbers included. No meta tensor is touched.
+            shadow = source = construct_checked(
+                self,  # type: ignore[arg-type]
+                lambda: self._lazynn_new_eager(sizes),
+                sizes,
+                args,
+                kwargs,
+            )
         self._lazynn_check_layout(shadow, sizes)
-        self._lazynn_build(sizes, source=shadow if on_meta else None)
+        self._lazynn_build(sizes, source=source)
+
+    def _lazynn_forward_failed(
+        self, args: tuple[Any, ...], error: BaseException, name: str
+    ) -> BaseException | None:
+        """A first call's forward that refused its input: an InferenceError with the path,
+        the layer as built, the input and torch's own words. (A kernel torch lacks for this
+        dtype or device, NotImplementedError, and a warning turned error are raised as they are.)"""
+        if not isinstance(error, Exception) or isinstance(
+            error, (LazynnError, NotImplementedError, Warning)
+        ):
+            return None
+        return forward_error(self, self, args, error, name)  # type: ignore[arg-type]
 
     def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
         """The layer built with these sizes has the tensors the placeholders stand for.
@@ -291,24 +320,7 @@ class LazyLayer(LazyModuleMixin):
         if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
             self.__dict__["cls_to_become"] = chosen
         placed = list(self._lazynn_slots())
-        if source is not None:
-            eager = source
-        else:
-            devices = {raw(t).device for _, t in placed if is_placeholder(t)}
-            if device is not None:
-                where: torch.device | str = device
-            elif any(d.type == "meta" for d in devices):
-                where = "meta"
-            elif self._lazynn.device.type == "meta" and devices:
-                where = next(iter(devices))  # declared on meta, then to_empty(): build there
-            else:
-                where = self._lazynn.device
-            eager = new(
-                self.cls_to_become,
-                {**self._lazynn.kwargs, **sizes},
-                where,
-                dtype if dtype is not None else self._lazynn.dtype,
-            )
+        eager = source if source is not None else self._lazynn_new_eager(sizes, device, dtype)
         eager_modules = dict(eager.named_modules())
         own_modules = dict(self.named_modules())
         moves = []
@@ -351,6 +363,26 @@ class LazyLayer(LazyModuleMixin):
                     own_modules[prefix].__dict__[key] = value
 
     # --- building from a checkpoint -------------------------------------------------------
+    def _lazynn_new_eager(
+        self,
+        sizes: Mapping[str, Any],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> nn.Module:
+        """The eager layer with ``sizes``, constructed for real (drawing its numbers) on
+        ``device`` with ``dtype``; by default where (:meth:`_lazynn_where`) and as the layer
+        was declared."""
+        where = device if device is not None else self._lazynn_where()
+        # Parameters as a construction outside the mode makes them, even in a first call
+        # under torch.inference_mode() (inference tensors could not be trained).
+        with torch.inference_mode(False):
+            return new(
+                self.cls_to_become,
+                {**self._lazynn.kwargs, **sizes},
+                where,
+                dtype if dtype is not None else self._lazynn.dtype,
+            )
+
     def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
         found: dict[tuple[str, str], torch.Size] = {}
         for (path, name), _ in self._lazynn_slots():
@@ -391,8 +423,38 @@ class LazyLayer(LazyModuleMixin):
                     "nothing was loaded into this layer",
                 )
             )
-        self._lazynn_build(sizes)
+        every = len(found) == len(self._lazynn.placeholders)
+        # A checkpoint that holds every tensor of the layer: allocated uninitialized, its
+        # values come from the checkpoint, no random number is drawn. Otherwise (strict=False,
+        # a non-persistent buffer) the layer is constructed as eager, and what the checkpoint
+        # holds overwrites it.
+        self._lazynn_build(sizes, source=self._lazynn_empty_eager(sizes) if every else None)
         finish(self)
+
+    def _lazynn_empty_eager(self, sizes: Mapping[str, Any]) -> nn.Module:
+        """The eager layer with ``sizes``, its tensors allocated but not initialized (where
+        :meth:`_lazynn_new_eager` would construct it), drawing no random numbers."""
+        shadow = self._lazynn_construct(sizes, "meta")
+        where = self._lazynn_where()
+        # (torch.empty, not to_empty: empty_like of a meta tensor runs torch's Python
+        # reference, which imports sympy)
+        with torch.inference_mode(False):
+            for module in shadow.modules():
+                for store, name, t in own_slots(module):
+                    empty = torch.empty(t.shape, dtype=t.dtype, device=where)
+                    is_param = isinstance(t, nn.Parameter)
+                    store[name] = nn.Parameter(empty, t.requires_grad) if is_param else empty
+        return shadow
+
+    def _lazynn_where(self) -> torch.device | str:
+        """Where the layer is constructed at its build: where it was declared; on meta if its
+        placeholders were moved there; where they were moved, if it was declared on meta."""
+        devices = {raw(t).device for _, t in self._lazynn_slots() if is_placeholder(t)}
+        if any(d.type == "meta" for d in devices):
+            return "meta"
+        if self._lazynn.device.type == "meta" and devices:
+            return next(iter(devices))  # declared on meta, then to_empty(): build there
+        return self._lazynn.device
 
     def _lazynn_shapes(self, sizes: Mapping[str, Any]) -> dict[tuple[str, str], torch.Size]:
         """The shape of each tensor of the layer built with ``sizes`` (on meta)."""

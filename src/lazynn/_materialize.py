@@ -318,7 +318,8 @@ def materialize(
         bar = Progress(total, "lazynn.materialize", enabled=progress)
         try:
             run = _Run(target, bar)
-            with torch.no_grad():
+            # (inference_mode(False): parameters as a construction outside the mode makes them)
+            with torch.inference_mode(False), torch.no_grad():
                 for step in steps:
                     run.run(step)
             run_ready(model)  # work queued with lazynn.on_build

@@ -19,6 +19,7 @@ is overridden here, and tests/test_torch_internals.py checks that this stays so.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ._callers import find_tool, under_dynamo
 from ._errors import BUILD, InferenceError, UnbuiltError, message, module_path
-from ._snapshot import Snapshot
+from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, STATE_KEY, context, find_state, record_construction
 from ._tensors import is_placeholder, own_slots, own_tensors
 
@@ -42,6 +43,7 @@ __all__ = [
     "is_unbuilt",
     "pre_hook",
     "rehearsing",
+    "warn_built",
 ]
 
 # Type checkers see the mixin as the nn.Module it is always mixed into.
@@ -55,6 +57,15 @@ def rehearsing() -> bool:
     """Whether this thread is inside a meta rehearsal (see ``_rehearse``): a failure there
     costs nothing (the model is restored), so layers skip their own meta check."""
     return context().rehearsal is not None
+
+
+def warn_built(text: str, stacklevel: int = 2) -> None:
+    """Warn about a build; inside a first call, once its forward has succeeded."""
+    deferred = context().deferred
+    if deferred is not None:
+        deferred.append(text)
+    else:
+        warnings.warn(text, stacklevel=stacklevel + 1)
 
 
 def in_build() -> bool:
@@ -227,10 +238,13 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
             snapshot = Snapshot(module)
+            rng = RandomState()  # a construction may draw, then fail: its draws are undone
             here = context()
             here.builds += 1
             try:
-                module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
+                # (parameters as a construction outside torch.inference_mode makes them)
+                with torch.inference_mode(False):
+                    module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
                 if module.has_uninitialized_params():  # type: ignore[operator]
                     left = [n for n, t in module.named_parameters() if is_placeholder(t)]
                     left += [n for n, t in module.named_buffers() if is_placeholder(t)]
@@ -244,6 +258,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                     )
             except BaseException:
                 snapshot.restore()
+                rng.restore()
                 raise
             finally:
                 here.builds -= 1
@@ -252,35 +267,68 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 here.built_here.add(id(module))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``nn.Module``'s; a first call whose forward fails is undone.
+        """As ``nn.Module``'s; a first call is atomic: if its forward fails, it is undone.
 
-        The sizes are checked before the build, but some failures show only in the real
-        forward (a batch of one for BatchNorm in training, a transposed convolution's output
-        size): then the build is rolled back, RNG included, so a retry works. Only unbuilt
+        A lazynn layer's first call constructs the layer for real and runs its forward, which
+        is the input's check: a forward that refuses the input (a kernel larger than it, a
+        batch of one for BatchNorm in training) raises an :class:`~lazynn.InferenceError`,
+        and the build is rolled back, random numbers included, so a retry works. The check,
+        the snapshot, the build, the forward and any rollback all run under the build lock,
+        so a concurrent first call waits and then finds the module built. Only unbuilt
         modules pass through here: the build swaps the class, and with it this method.
         """
         if torch.compiler.is_compiling() or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
             # (dynamo may call this on the module it has just built, whose class is swapped:
             # no super() here.)
             return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
-        call = super().__call__
+        with BUILD_LOCK:
+            if is_unbuilt(self):  # type: ignore[arg-type]
+                # (super() only under the lock: another thread may swap the class outside it)
+                return self._lazynn_first_call(super().__call__, args, kwargs)
+        return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]  # built meanwhile
+
+    def _lazynn_first_call(
+        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``call(*args, **kwargs)`` (the module's call, which builds it); undone if it fails
+        after building this module. Runs under the build lock."""
         snapshot = Snapshot(self)  # type: ignore[arg-type]
-        rng = torch.get_rng_state()
+        rng = RandomState()
+        failed = self._lazynn_forward_failed  # (bound now: the build swaps the class)
+        name = type(self).__name__
         here = context()
         outer, built = here.built_here, set[int]()
-        here.built_here = built
+        outer_warnings, deferred = here.deferred, list[str]()
+        here.built_here, here.deferred = built, deferred
         try:
-            return call(*args, **kwargs)
-        except BaseException:
-            if id(self) in built:
-                with BUILD_LOCK:
-                    snapshot.restore()
-                    torch.set_rng_state(rng)
-            raise
+            result = call(*args, **kwargs)
+        except BaseException as error:
+            if id(self) not in built:
+                raise  # the build itself failed: it put everything back
+            refusal = failed(args, error, name)
+            snapshot.restore()
+            rng.restore()
+            if refusal is None:
+                raise
+            raise refusal from error
         finally:
             if outer is not None:
                 outer |= built
-            here.built_here = outer
+            here.built_here, here.deferred = outer, outer_warnings
+        if outer_warnings is not None:
+            outer_warnings += deferred
+        else:
+            for text in deferred:
+                warnings.warn(text, stacklevel=3)
+        return result
+
+    def _lazynn_forward_failed(
+        self, args: tuple[Any, ...], error: BaseException, name: str
+    ) -> BaseException | None:
+        """The error to raise when the forward of this call, which built the module, raised
+        ``error`` (still built, for its repr; ``name``: its lazy class's name); None: raise
+        ``error`` itself."""
+        return None
 
     def register_forward_pre_hook(  # type: ignore[override]
         self,

@@ -238,7 +238,8 @@ def rehearse(
         snapshot = Snapshot(model)
         outer, here.rehearsal = here.rehearsal, rehearsing
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            # (inference_mode(False): a rehearsal inside the mode builds as outside it)
+            with torch.inference_mode(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
                 memo = Memo(model, paths) if memoize else None
                 for module in modules.values():
                     for store, name, tensor in own_slots(module):

@@ -20,7 +20,7 @@ from torch import nn
 from ._state import LazyState
 from ._tensors import is_placeholder, own_tensors, raw
 
-__all__ = ["Snapshot"]
+__all__ = ["RandomState", "Snapshot"]
 
 
 class Snapshot:
@@ -79,3 +79,26 @@ class Snapshot:
             tensor.__class__ = cls
             tensor.__dict__.clear()
             tensor.__dict__.update(tensor_attrs)
+
+
+class RandomState:
+    """The state of every random generator a build may draw from: the CPU generator, and
+    each CUDA device's once CUDA is initialized (``restore()`` puts them back).
+
+    >>> import torch
+    >>> saved = RandomState()
+    >>> _ = torch.rand(3)
+    >>> saved.restore()
+    >>> torch.equal(saved.cpu, torch.get_rng_state())
+    True
+    """
+
+    def __init__(self) -> None:
+        self.cpu = torch.get_rng_state()
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        self.cuda = torch.cuda.get_rng_state_all() if cuda else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)

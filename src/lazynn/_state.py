@@ -73,6 +73,9 @@ class Context:
     queue_running: bool = False
     #: whether a refusal is being worded (wording it hashes placeholders: not again)
     wording: bool = False
+    #: warnings of builds inside the current first call, given once its forward succeeds
+    #: (a rolled-back first call warns nothing)
+    deferred: list[str] | None = None
 
 
 _LOCAL = threading.local()

@@ -6,7 +6,6 @@ LazyMultiheadAttention(num_heads, ...)   embed_dim = E of the query (L, N, E);
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -16,7 +15,7 @@ from torch import nn
 from .._errors import module_path
 from .._infer import CLASS_KEY, Infer
 from .._layer import LazyLayer, placeholder_for
-from .._mixin import is_unbuilt, rehearsing
+from .._mixin import is_unbuilt, rehearsing, warn_built
 from .._placeholder import UninitializedParameter
 from .._snapshot import Snapshot
 from .._state import find_state, lazy_state
@@ -198,4 +197,4 @@ def _warn_relayout(layer: nn.Module, sizes: Mapping[str, Any]) -> None:
             "holds k_proj_weight and v_proj_weight, which the layer no longer has. Leave kdim "
             "and vdim undeclared when they equal the query's size"
         )
-    warnings.warn(f"lazynn: {module_path(layer)} built with {change}.", stacklevel=4)
+    warn_built(f"lazynn: {module_path(layer)} built with {change}.", stacklevel=4)

@@ -1,0 +1,324 @@
+"""The first call: as light as torch's own lazy modules, and safe under threads and failures.
+
+* it does no meta work: a fresh process that builds a lazynn model by its first call imports
+  neither sympy nor torch._dynamo (torch's Python meta kernels import both on first use);
+* a bad input is still refused before the model changes: the real forward is the check, and
+  a refusal is a lazynn.InferenceError (also a ValueError and a RuntimeError, as torch raises
+  either) naming the layer's path, with torch's own words;
+* a construction that draws random numbers and then fails leaves every generator as it was;
+* a first call under torch.inference_mode() builds ordinary (trainable) parameters;
+* forced interleavings of two threads (paused with sys.settrace at the chosen line): a thread
+  that checked "unbuilt" while another builds gets the built module's forward, not a crash;
+  a thread's first call waits while another is half way through its build, so no snapshot
+  ever sees a half-built layer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import lazynn
+from compare import assert_same_module
+from lazynn._mixin import LazyModuleMixin, is_unbuilt
+from lazynn._placeholder import fill
+from lazynn._tensors import is_placeholder
+
+
+def _run(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_first_call_imports_nothing_torch_lazy_modules_do_not() -> None:
+    out = _run(
+        """
+        import sys, torch, lazynn
+        from torch import nn
+        model = nn.Sequential(
+            lazynn.LazyConv2d(4, 3), lazynn.LazyBatchNorm2d(), nn.ReLU(), nn.Flatten(),
+            lazynn.LazyLinear(8), lazynn.LazyLayerNorm(), lazynn.LazyLinear(2),
+        )
+        model(torch.randn(2, 3, 8, 8))
+        assert not lazynn.is_lazy(model)
+        print(sorted(m for m in ("sympy", "torch._dynamo") if m in sys.modules))
+        """
+    )
+    assert out == "[]"
+
+
+def test_loading_a_built_checkpoint_touches_no_meta_kernel() -> None:
+    out = _run(
+        """
+        import sys, torch, lazynn
+        from torch import nn
+        source = nn.Sequential(nn.Linear(5, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+        target = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyLayerNorm(), lazynn.LazyLinear(2))
+        target.load_state_dict(source.state_dict())
+        assert not lazynn.is_lazy(target)
+        print(sorted(m for m in ("sympy", "torch._dynamo") if m in sys.modules))
+        """
+    )
+    assert out == "[]"
+
+
+@pytest.mark.parametrize(
+    ("make", "bad", "match"),
+    [
+        (lambda: lazynn.LazyConv2d(4, 5), (1, 3, 4, 4), "Kernel size can't be greater"),
+        (lambda: lazynn.LazyBatchNorm1d(), (1, 4), "more than 1 value per channel"),
+    ],
+    ids=["kernel-larger-than-input", "batchnorm-batch-of-one"],
+)
+def test_a_forward_refusal_is_an_inference_error_with_torchs_words(
+    make: Callable[[], nn.Module], bad: tuple[int, ...], match: str
+) -> None:
+    model = nn.Sequential(nn.Identity(), make())
+    x = torch.randn(bad)
+    rng = torch.get_rng_state()
+    with pytest.raises(lazynn.InferenceError, match=match) as caught:
+        model(x)
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, RuntimeError)
+    assert str(caught.value).startswith(f"{type(model[1]).__name__} at '1': expected an input")
+    assert is_unbuilt(model[1])
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+class Drawing(nn.Module):
+    """Draws random numbers at construction, then refuses sizes above 4."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features))
+        if features > 4:
+            raise ValueError(f"at most 4 features, received {features}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
+LazyDrawing = lazynn.lazy(Drawing, features=lazynn.Infer(dim=-1))
+
+
+def test_a_construction_that_draws_then_fails_leaves_the_generator_as_it_was() -> None:
+    torch.manual_seed(0)
+    layer = LazyDrawing()
+    rng = torch.get_rng_state()
+    with pytest.raises(lazynn.InferenceError, match="at most 4 features"):
+        layer(torch.ones(2, 6))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert is_unbuilt(layer)
+    layer(torch.ones(2, 3))
+    torch.manual_seed(0)
+    assert_same_module(layer, Drawing(3))
+
+
+class DrawsThenRaises(LazyModuleMixin, nn.Module):
+    """A custom initialize_parameters that draws, then raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = lazynn.UninitializedParameter()
+
+    def initialize_parameters(self, x: torch.Tensor) -> None:  # type: ignore[override]
+        with torch.no_grad():
+            self.weight.materialize((x.shape[-1],))
+            self.weight.normal_()
+        raise RuntimeError("refused after drawing")
+
+
+def test_a_custom_build_that_draws_then_fails_leaves_the_generator_as_it_was() -> None:
+    layer = DrawsThenRaises()
+    rng = torch.get_rng_state()
+    with pytest.raises(RuntimeError, match="refused after drawing"):
+        layer(torch.ones(2, 3))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert is_placeholder(layer.weight)
+
+
+@pytest.mark.parametrize("how", ["first-call", "build"])
+def test_a_build_under_inference_mode_gives_trainable_parameters(how: str) -> None:
+    model = nn.Sequential(lazynn.LazyLinear(3), nn.ReLU(), lazynn.LazyLinear(1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.inference_mode():
+        if how == "first-call":
+            model(torch.randn(4, 5))
+        else:
+            lazynn.build(model, (4, 5))
+    assert not any(p.is_inference() for p in model.parameters())
+    model(torch.randn(4, 5)).sum().backward()
+    optimizer.step()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+# --- forced interleavings -----------------------------------------------------------------
+
+
+def _line_of(function: Callable[..., Any], text: str) -> int:
+    """The line number of the first line of ``function`` that contains ``text``."""
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _pause_at(code: Any, line: int, reached: threading.Event, go: threading.Event) -> None:
+    """In the calling thread: when ``code`` reaches ``line``, set ``reached``, wait for ``go``."""
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line:
+            sys.settrace(None)
+            frame.f_trace = None
+            reached.set()
+            go.wait(30)
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    sys.settrace(tracer)
+
+
+def test_a_thread_that_saw_the_module_unbuilt_while_another_built_it_gets_its_forward() -> None:
+    layer = lazynn.LazyLinear(3)
+    x = torch.randn(2, 4)
+    reached, go = threading.Event(), threading.Event()
+    result: list[Any] = []
+    call = LazyModuleMixin.__call__
+    line = _line_of(call, "with BUILD_LOCK:")
+
+    def first() -> None:
+        _pause_at(call.__code__, line, reached, go)  # after its unlocked "unbuilt?" check
+        try:
+            result.append(layer(x))
+        except BaseException as error:
+            result.append(error)
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert reached.wait(30)
+    other = layer(x)  # this thread builds the layer meanwhile
+    assert type(layer) is nn.Linear
+    go.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert isinstance(result[0], torch.Tensor), result[0]
+    assert torch.equal(result[0], other)
+
+
+def test_no_snapshot_sees_a_half_built_layer() -> None:
+    """Thread A is paused between filling weight and bias (its first call will fail in the
+    forward); thread B's first call (which fails too) must not snapshot meanwhile, else its
+    rollback would restore the half-built layer."""
+    layer = lazynn.LazyBatchNorm1d()
+    one = torch.randn(1, 4)  # a batch of one: the forward refuses it in training
+    reached, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    fills = {"count": 0}
+
+    line = _line_of(fill, "placeholder.__class__ = target")
+
+    def a() -> None:
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            if frame.f_code is fill.__code__:
+                fills["count"] += 1
+                if fills["count"] == 2:  # the second tensor: the first is filled already
+                    return local
+            return None
+
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "line" and frame.f_lineno == line:
+                sys.settrace(None)
+                frame.f_trace = None
+                reached.set()
+                go.wait(30)
+            return local
+
+        sys.settrace(tracer)
+        try:
+            layer(one)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            sys.settrace(None)
+
+    def b() -> None:
+        try:
+            layer(one)
+        except BaseException as error:
+            errors.append(error)
+
+    first = threading.Thread(target=a)
+    first.start()
+    assert reached.wait(30)
+    second = threading.Thread(target=b)
+    second.start()
+    second.join(0.5)  # B waits for the build lock while A is half way through its build
+    go.set()
+    first.join(30)
+    second.join(30)
+    assert not first.is_alive()
+    assert not second.is_alive()
+    assert len(errors) == 2
+    assert all(isinstance(e, lazynn.InferenceError) for e in errors)
+    assert is_unbuilt(layer)
+    assert type(layer) is lazynn.LazyBatchNorm1d
+    assert all(is_placeholder(t) for t in (*layer.parameters(), *layer.buffers()))
+    x = torch.randn(3, 4)
+    eager = nn.BatchNorm1d(4)
+    assert torch.equal(layer(x), eager(x))
+    assert_same_module(layer, eager)
+
+
+def _checkpoint_pair() -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    source = nn.Sequential(nn.Linear(5, 4), nn.LayerNorm(4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    target = nn.Sequential(
+        lazynn.LazyLinear(4), lazynn.LazyLayerNorm(), lazynn.LazyBatchNorm1d(), lazynn.LazyLinear(2)
+    )
+    return target, source.state_dict()
+
+
+def test_a_built_checkpoint_into_an_unbuilt_model_draws_no_random_numbers() -> None:
+    target, checkpoint = _checkpoint_pair()
+    rng = torch.get_rng_state()
+    target.load_state_dict(checkpoint)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert not lazynn.is_lazy(target)
+    for key, value in target.state_dict().items():
+        assert torch.equal(value, checkpoint[key]), key
+
+
+def test_a_partial_checkpoint_initializes_the_rest_as_eager_construction_does() -> None:
+    target = lazynn.LazyLinear(3)
+    weight = torch.randn(3, 4)
+    torch.manual_seed(0)
+    target.load_state_dict({"weight": weight}, strict=False)
+    torch.manual_seed(0)
+    eager = nn.Linear(4, 3)
+    assert torch.equal(target.weight, weight)
+    assert torch.equal(target.bias, eager.bias)
+
+
+def test_assign_takes_the_checkpoints_tensors_without_a_copy() -> None:
+    target, checkpoint = _checkpoint_pair()
+    target.load_state_dict(checkpoint, assign=True)
+    for key, value in target.state_dict().items():
+        assert value.data_ptr() == checkpoint[key].data_ptr(), key
