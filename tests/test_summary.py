@@ -24,9 +24,9 @@ from torch.utils._pytree import tree_leaves
 
 import lazynn
 from golden_models import CASES, IMAGE, TiedLM, TwoInputs, lazy_cnn, real_inputs
+from lazynn._summary import render
 from lazynn._tensors import is_placeholder
 from lazynn._tensors import raw as _raw
-from lazynn._summary import render
 from registry import Row
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

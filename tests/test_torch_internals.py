@@ -29,9 +29,9 @@ from torch.nn.modules.lazy import LazyModuleMixin as TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 import lazynn
+from lazynn._construct import MODULE_KEYS as _MODULE_KEYS
 from lazynn._layer import LazyLayer
 from lazynn._layers.agnostic import _RankAgnostic
-from lazynn._construct import MODULE_KEYS as _MODULE_KEYS
 from lazynn._mixin import is_unbuilt
 from lazynn._tensors import raw as _raw
 from registry import Row

@@ -8,12 +8,14 @@ torch.Size([2, 10])
 ('Linear', 1568)
 """
 
+from importlib.metadata import PackageNotFoundError as _NotInstalled
 from importlib.metadata import version as _version
 
 from ._build import build as build
 from ._errors import CheckpointError as CheckpointError
 from ._errors import InferenceError as InferenceError
 from ._errors import LazynnError as LazynnError
+from ._errors import NeedsValuesError as NeedsValuesError
 from ._errors import UnbuiltError as UnbuiltError
 from ._factory import lazy as lazy
 from ._infer import UNKNOWN as UNKNOWN
@@ -70,7 +72,10 @@ from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
 from ._summary import summary as summary
 
-__version__ = _version("lazynn")
+try:
+    __version__ = _version("lazynn")
+except _NotInstalled:  # a source tree on sys.path, not installed: no metadata to read
+    __version__ = "0+unknown"
 
 __all__ = [
     "UNKNOWN",
@@ -119,6 +124,7 @@ __all__ = [
     "LazyTransformerEncoderLayer",
     "LazynnError",
     "MaxPool",
+    "NeedsValuesError",
     "OnBuildHandle",
     "Spec",
     "Summary",

@@ -188,7 +188,9 @@ class LazyLayer(LazyModuleMixin):
             for name, child in self._modules.items():
                 new._modules[name] = copy.deepcopy(child)
         installed = slots(new)
-        lazy_state(new).placeholders = {key: installed[key] for key in self._lazynn.placeholders}
+        lazy_state(new).placeholders = {
+            key: installed[key] for key in self._lazynn.placeholders if key in installed
+        }
         return new  # type: ignore[return-value]
 
     # --- building from inputs -------------------------------------------------------------
