@@ -271,7 +271,8 @@ def test_no_snapshot_sees_a_half_built_layer() -> None:
     assert reached.wait(30)
     second = threading.Thread(target=b)
     second.start()
-    second.join(0.5)  # B waits for the build lock while A is half way through its build
+    second.join(0.5)
+    assert second.is_alive()  # B waits for the build lock while A is half way through
     go.set()
     first.join(30)
     second.join(30)
@@ -322,3 +323,48 @@ def test_assign_takes_the_checkpoints_tensors_without_a_copy() -> None:
     target.load_state_dict(checkpoint, assign=True)
     for key, value in target.state_dict().items():
         assert value.data_ptr() == checkpoint[key].data_ptr(), key
+
+
+def test_a_build_waits_for_another_threads_build_of_the_same_model() -> None:
+    """Thread A is paused between its rehearsal and its allocation; thread B's build of the
+    same model must wait (else A allocates from a stale rehearsal), then find it built."""
+    from lazynn import _build
+
+    def make() -> nn.Module:
+        return nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(2))
+
+    torch.manual_seed(0)
+    model = make()
+    reached, go = threading.Event(), threading.Event()
+    results: list[Any] = []
+    line = _line_of(_build.build_from, "_allocate(")
+
+    def a() -> None:
+        _pause_at(_build.build_from.__code__, line, reached, go)
+        try:
+            results.append(lazynn.build(model, (3, 5)))
+        except BaseException as error:
+            results.append(error)
+        finally:
+            sys.settrace(None)
+
+    def b() -> None:
+        try:
+            results.append(lazynn.build(model, (3, 5)))
+        except BaseException as error:
+            results.append(error)
+
+    first = threading.Thread(target=a)
+    first.start()
+    assert reached.wait(30)
+    second = threading.Thread(target=b)
+    second.start()
+    second.join(0.5)
+    assert second.is_alive()  # waiting for the build lock
+    go.set()
+    first.join(30)
+    second.join(30)
+    assert results == [model, model]
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
+    assert_same_module(model, eager)

@@ -89,25 +89,29 @@ def build_from(
 ) -> M:
     """:func:`build`; ``partial``: from a real call's arguments (only tensors are examples),
     and lazy layers they do not reach stay unbuilt."""
-    rehearsal = rehearse(model, example_inputs, example_kwargs, literal=partial)
-    if rehearsal.unreached and not partial:
-        raise InferenceError(
-            message(
-                "build",
-                "example inputs whose forward calls every lazy layer",
-                "a forward that never called " + ", ".join(f"'{p}'" for p in rehearsal.unreached),
-                "pass inputs (or a training/eval mode) that reach these layers; the model is "
-                "unchanged",
+    # The rehearsal and the allocation under one hold of the build lock: another thread's
+    # build of the same model waits, then finds nothing left to build.
+    with BUILD_LOCK:
+        rehearsal = rehearse(model, example_inputs, example_kwargs, literal=partial)
+        if rehearsal.unreached and not partial:
+            raise InferenceError(
+                message(
+                    "build",
+                    "example inputs whose forward calls every lazy layer",
+                    "a forward that never called "
+                    + ", ".join(f"'{p}'" for p in rehearsal.unreached),
+                    "pass inputs (or a training/eval mode) that reach these layers; the model "
+                    "is unchanged",
+                )
             )
+        _allocate(
+            model,
+            rehearsal,
+            torch.device(device) if device is not None else None,
+            dtype,
+            progress,
+            quiet=partial,
         )
-    _allocate(
-        model,
-        rehearsal,
-        torch.device(device) if device is not None else None,
-        dtype,
-        progress,
-        quiet=partial,
-    )
     return model
 
 
