@@ -368,3 +368,23 @@ def test_a_build_waits_for_another_threads_build_of_the_same_model() -> None:
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
     assert_same_module(model, eager)
+
+
+def test_an_error_keeps_nothing_the_caller_drops_alive() -> None:
+    """Wording an error reads the calling frames (the module's path); what a caller drops
+    after catching it must be freed at once, not when the caller returns."""
+    import weakref
+
+    class Payload:
+        pass
+
+    def caller() -> bool:
+        payload = Payload()
+        alive = weakref.ref(payload)
+        model = nn.Sequential(nn.Sequential(lazynn.LazyConv2d(4, 5)))
+        with pytest.raises(lazynn.InferenceError, match=r"at '0\.0'"):
+            model(torch.randn(1, 3, 2, 2))
+        del payload
+        return alive() is None
+
+    assert caller()

@@ -36,7 +36,7 @@ from typing import Any
 
 from torch import nn
 
-from ._errors import BUILD, QUEUE_IT, UnbuiltError, message
+from ._errors import BUILD, QUEUE_IT, UnbuiltError, frame_locals, message
 from ._state import context, find_state
 from ._tensors import is_placeholder
 
@@ -108,7 +108,7 @@ def find_wrapper() -> Wrapper | None:
         code = frame.f_code
         for name, (function, path, local) in _WRAPPERS.items():
             if code.co_name == function and code.co_filename.endswith(path):
-                found = Wrapper(name, frame.f_locals.get(local))
+                found = Wrapper(name, frame_locals(frame, (local,)).get(local))
     return found
 
 
@@ -247,18 +247,18 @@ def undo_pruning() -> None:
     (a lazy layer records its construction order). torch internals: tests/test_deferred.py
     checks that a refused pruning leaves the layer as it was.
     """
-    frame = next(
+    keys = ("module", "name", "orig")
+    found = next(
         (
-            f
+            values
             for f in _frames()
-            if f.f_code.co_name == "apply" and {"module", "name", "orig"} <= f.f_locals.keys()
+            if f.f_code.co_name == "apply" and len(values := frame_locals(f, keys)) == len(keys)
         ),
         None,
     )
-    if frame is None:
+    if found is None:
         return
-    module, name, orig = (frame.f_locals[k] for k in ("module", "name", "orig"))
-    del frame
+    module, name, orig = (found[k] for k in keys)
     params = getattr(module, "_parameters", None)
     if not isinstance(params, dict) or params.get(f"{name}_orig") is not orig or name in params:
         return

@@ -9,8 +9,11 @@ Every message says *where* (the module's path in the model and its class), what 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Sequence
+from types import FrameType
+from typing import Any
 
 from torch import nn
 
@@ -23,6 +26,7 @@ __all__ = [
     "LazynnError",
     "NeedsValuesError",
     "UnbuiltError",
+    "frame_locals",
     "message",
     "meta_limitation",
     "module_path",
@@ -87,6 +91,25 @@ def message(where: str, expected: str, received: str, fix: str, detail: str = ""
     return f"{text} Fix: {fix}"
 
 
+#: CPython before 3.13 caches a frame's locals in a dict the frame keeps (PEP 667 ended that)
+_CACHED_LOCALS = sys.version_info < (3, 13)
+_OPTIMIZED = inspect.CO_OPTIMIZED
+
+
+def frame_locals(frame: FrameType, names: tuple[str, ...]) -> dict[str, Any]:
+    """The locals ``names`` of a calling frame (those it has), read without keeping its other
+    locals alive: before Python 3.13, ``frame.f_locals`` of a function's frame is a snapshot
+    the frame holds until it returns, so objects its code has dropped would live on. The
+    snapshot is emptied after the read (the frame's own variables are not touched: the next
+    ``f_locals`` rebuilds it)."""
+    snapshot = frame.f_locals
+    try:
+        return {name: snapshot[name] for name in names if name in snapshot}
+    finally:
+        if _CACHED_LOCALS and frame.f_code.co_flags & _OPTIMIZED:
+            snapshot.clear()
+
+
 def _find_child(root: nn.Module, target: nn.Module) -> str | None:
     """The dotted path of ``target`` below ``root``, or None (breadth-first, no recursion)."""
     queue: list[tuple[str, nn.Module]] = [("", root)]
@@ -130,7 +153,7 @@ def module_path(module: nn.Module, known: str | None = None, name: str | None = 
     target = module
     frame = sys._getframe(1)  # CPython frame access: only on the error path.
     while frame is not None:
-        owner = frame.f_locals.get("self")
+        owner = frame_locals(frame, ("self",)).get("self")
         if isinstance(owner, nn.Module) and owner is not target:
             step = _find_child(owner, target)
             if step is not None:

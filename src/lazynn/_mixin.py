@@ -237,9 +237,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         with BUILD_LOCK:
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
-            snapshot = Snapshot(module)
-            rng = RandomState()  # a construction may draw, then fail: its draws are undone
             here = context()
+            # (a first call of this module has snapshotted it already, and puts it back)
+            own = id(module) not in here.covered
+            snapshot = Snapshot(module) if own else None
+            rng = RandomState() if own else None  # a construction may draw, then fail
             here.builds += 1
             try:
                 # (parameters as a construction outside torch.inference_mode makes them)
@@ -257,8 +259,9 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                         )
                     )
             except BaseException:
-                snapshot.restore()
-                rng.restore()
+                if snapshot is not None and rng is not None:
+                    snapshot.restore()
+                    rng.restore()
                 raise
             finally:
                 here.builds -= 1
@@ -300,18 +303,19 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         outer, built = here.built_here, set[int]()
         outer_warnings, deferred = here.deferred, list[str]()
         here.built_here, here.deferred = built, deferred
+        here.covered.add(id(self))
         try:
             result = call(*args, **kwargs)
         except BaseException as error:
-            if id(self) not in built:
-                raise  # the build itself failed: it put everything back
-            refusal = failed(args, error, name)
+            # (the forward's refusal is worded while the module is still built: its repr)
+            refusal = failed(args, error, name) if id(self) in built else None
             snapshot.restore()
             rng.restore()
             if refusal is None:
-                raise
+                raise  # the build itself failed, or the error is raised as it is
             raise refusal from error
         finally:
+            here.covered.discard(id(self))
             if outer is not None:
                 outer |= built
             here.built_here, here.deferred = outer, outer_warnings

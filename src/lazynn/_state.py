@@ -69,6 +69,9 @@ class Context:
     builds: int = 0
     #: ids of the modules built during the current first call (``LazyModuleMixin.__call__``)
     built_here: set[int] | None = None
+    #: ids of the modules whose current first call has snapshotted them (their build need
+    #: not snapshot again: the first call puts everything back on any failure)
+    covered: set[int] = field(default_factory=set)
     #: whether an ``on_build`` queue is running (a queued function may call the model)
     queue_running: bool = False
     #: whether a refusal is being worded (wording it hashes placeholders: not again)
