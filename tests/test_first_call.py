@@ -7,6 +7,12 @@
   either) naming the layer's path, with torch's own words;
 * a construction that draws random numbers and then fails leaves every generator as it was;
 * a first call under torch.inference_mode() builds ordinary (trainable) parameters;
+* a built checkpoint into an unbuilt model draws nothing, and with assign=True takes the
+  checkpoint's tensors;
+* a failed build puts list attributes back; a plain tensor attribute does not stop build();
+  a materialize that fails part way leaves the generator as it was; wording an error keeps
+  nothing the caller drops alive; requires_grad can be set on a placeholder, GroupNorm takes
+  float16/bfloat16 inputs, as torch's own allow;
 * forced interleavings of two threads (paused with sys.settrace at the chosen line): a thread
   that checked "unbuilt" while another builds gets the built module's forward, not a crash;
   a thread's first call waits while another is half way through its build, so no snapshot
@@ -388,3 +394,85 @@ def test_an_error_keeps_nothing_the_caller_drops_alive() -> None:
         return alive() is None
 
     assert caller()
+
+
+class Recording(nn.Module):
+    """Appends to a list attribute in its forward, then fails on a wide input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(2)
+        self.seen: list[tuple[int, ...]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(tuple(x.shape))
+        if x.shape[-1] > 4:
+            raise ValueError("too wide")
+        return self.fc(x)
+
+
+def test_a_failed_build_puts_list_attributes_back() -> None:
+    model = Recording()
+    with pytest.raises(lazynn.InferenceError, match="too wide"):
+        lazynn.build(model, (3, 6))
+    assert model.seen == []
+    assert lazynn.is_lazy(model)
+
+
+class Masked(nn.Module):
+    """Keeps a plain tensor attribute (not a buffer), as some models keep masks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+        self.scale = torch.full((3,), 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale
+
+
+def test_build_takes_a_model_with_a_plain_tensor_attribute() -> None:
+    model = Masked()
+    scale = model.scale
+    lazynn.build(model, (2, 5))
+    assert model.fc.in_features == 5
+    assert model.scale is scale  # put back after the rehearsal
+    assert model(torch.ones(2, 5)).shape == (2, 3)
+
+
+class DrawsThenFails(nn.Module):
+    """A module whose reset_parameters draws, then fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(4))
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight)
+        raise RuntimeError("init failed after drawing")
+
+
+def test_a_materialize_that_fails_part_way_leaves_the_generator_as_it_was() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(3, 4), DrawsThenFails())
+    rng = torch.get_rng_state()
+    with pytest.raises(RuntimeError, match="init failed after drawing"):
+        lazynn.materialize(model, "cpu")
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_requires_grad_can_be_set_on_a_placeholder_as_torch_allows() -> None:
+    layer = lazynn.LazyLinear(2)
+    layer.weight.requires_grad = False
+    assert not layer.weight.requires_grad
+    layer(torch.randn(3, 4))
+    assert not layer.weight.requires_grad
+    assert layer.bias.requires_grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_group_norm_takes_lower_precision_inputs_as_eager_does(dtype: torch.dtype) -> None:
+    x = torch.randn(2, 4, 3).to(dtype)
+    lazy, eager = lazynn.LazyGroupNorm(2), nn.GroupNorm(2, 4)
+    assert torch.equal(lazy(x), eager(x))

@@ -29,7 +29,7 @@ from ._progress import Progress
 from ._queue import run_ready
 from ._rehearse import Rehearsal, rehearse
 from ._replay import Plan, plan, scratch_init
-from ._snapshot import Snapshot
+from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild, find_state
 from ._tensors import copy_values, is_placeholder, own_slots, own_tensors
 
@@ -256,8 +256,8 @@ def _allocate(
         info.numel for path, m in order if m in lazy for info in rehearsal.tensors.get(path, [])
     )
     with BUILD_LOCK:
-        rng_before = torch.get_rng_state()
-        chosen = plan(order, lazy, device, rng_before)
+        rng_before = RandomState()
+        chosen = plan(order, lazy, device, rng_before.cpu)
         snapshot = Snapshot(model)
         bar = Progress(total, "lazynn.build", enabled=progress)
         allocation = _Allocation(rehearsal, chosen, device, dtype, bar)
@@ -275,7 +275,7 @@ def _allocate(
         except BaseException:
             allocation.undo()
             snapshot.restore()
-            torch.set_rng_state(rng_before)
+            rng_before.restore()
             raise
         finally:
             bar.close()

@@ -32,7 +32,7 @@ from ._mixin import is_lazy_module
 from ._progress import Progress
 from ._queue import run_ready
 from ._sharded import init_mode
-from ._snapshot import Snapshot
+from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild
 from ._tensors import copy_values, own_slots, own_tensors
 
@@ -315,6 +315,7 @@ def materialize(
     )
     with BUILD_LOCK:
         snapshot = Snapshot(model)
+        rng = RandomState()  # initializers that drew before a failure: their draws undone
         bar = Progress(total, "lazynn.materialize", enabled=progress)
         try:
             run = _Run(target, bar)
@@ -325,6 +326,7 @@ def materialize(
             run_ready(model)  # work queued with lazynn.on_build
         except BaseException:
             snapshot.restore()
+            rng.restore()
             raise
         finally:
             bar.close()

@@ -274,6 +274,8 @@ class _Placeholder:
                     if refusal is not None:
                         raise refusal
                 return func(*args, **kwargs)
+            if attr == "requires_grad" and getattr(func, "__name__", "") == "__set__":
+                return func(*args, **kwargs)  # `p.requires_grad = False`, as torch allows
             if attr == "data" and getattr(func, "__name__", "") == "__set__":
                 # `module._apply` moves a placeholder by `param.data = moved_placeholder`.
                 if len(args) == 2 and is_placeholder(args[1]):

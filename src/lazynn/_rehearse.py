@@ -244,6 +244,10 @@ def rehearse(
                 for module in modules.values():
                     for store, name, tensor in own_slots(module):
                         store[name] = _meta_twin(tensor)
+                    # a plain tensor attribute (not a buffer), as a mask kept in __dict__
+                    for key, value in list(module.__dict__.items()):
+                        if isinstance(value, torch.Tensor) and not value.is_meta:
+                            module.__dict__[key] = _meta_twin(value)
                     module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
                     module.register_forward_hook(post, with_kwargs=True, always_call=True)
                 try:

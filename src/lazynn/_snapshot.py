@@ -4,7 +4,7 @@ Taken before any change, restored on failure (and always, after a rehearsal), so
 failure the user's model is left exactly as it was" holds by construction:
 
 * each module's class and attribute dict (``in_features``, hook handles, ``training``...);
-* the content of every dict and set a module holds (``_parameters``, ``_buffers``,
+* the content of every dict, set and list a module holds (``_parameters``, ``_buffers``,
   ``_modules``, every hook dict, lazynn's own records), restored in place and in order;
 * each lazy layer's :class:`~lazynn._state.LazyState` (its fields, restored in place);
 * each placeholder's data, class and attributes (a build fills placeholders in place).
@@ -48,8 +48,8 @@ class Snapshot:
             for value in attrs.values():
                 if isinstance(value, dict):
                     self.containers.append((value, dict(value)))
-                elif isinstance(value, set):
-                    self.containers.append((value, set(value)))
+                elif isinstance(value, (set, list)):
+                    self.containers.append((value, type(value)(value)))
                 elif isinstance(value, LazyState):
                     self.states.append((value, value.copy()))
             for tensor in own_tensors(module):
@@ -69,8 +69,11 @@ class Snapshot:
             module.__dict__.clear()
             module.__dict__.update(attrs)
         for container, content in self.containers:
-            container.clear()
-            container.update(content)
+            if isinstance(container, list):
+                container[:] = content
+            else:
+                container.clear()
+                container.update(content)
         for state, saved in self.states:
             state.restore(saved)
         for tensor, cls, data, tensor_attrs in self.tensors:

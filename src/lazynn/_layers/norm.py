@@ -178,6 +178,7 @@ class LazyInstanceNorm3d(_LazyInstanceNorm, nn.InstanceNorm3d):
 
 
 LazyGroupNorm = lazy(nn.GroupNorm, num_channels=Infer(dim=1, probe="num_groups"))
+LazyGroupNorm.mixed_precision_input = True  # float16/bfloat16 input, float32 weights: as eager
 LazySyncBatchNorm = lazy(nn.SyncBatchNorm, num_features=Infer(dim=1))
 
 
