@@ -25,12 +25,13 @@ from torch.nn.utils.rnn import PackedSequence
 from ._construct import short_repr
 from ._errors import BUILD, InferenceError, message, meta_limitation, module_path, shape_str
 from ._infer import Infer
-from ._tensors import describe, map_tensors, meta_like, raw
+from ._tensors import describe, is_placeholder, map_tensors, meta_like, raw
 
 __all__ = [
     "argument",
     "check_input",
     "construct_checked",
+    "describe_substitute",
     "forward_error",
     "read_sizes",
     "run_on_meta",
@@ -224,3 +225,13 @@ def run_on_meta(
             return shadow  # meta cannot run this forward (e.g. .item()): no verdict
         raise forward_error(layer, shadow, args, error) from error
     return shadow
+
+
+def describe_substitute(tensor: torch.Tensor) -> str:
+    """What torch.func.functional_call put in a placeholder's place, for an error message."""
+    if is_placeholder(tensor) or tensor.numel() == 0:
+        return "an unbuilt placeholder seen through torch.func (functional_call or a transform)"
+    return (
+        f"a tensor of shape {shape_str(tensor.shape)} from torch.func.functional_call, "
+        "which does not fit"
+    )

@@ -52,13 +52,20 @@ from ._errors import (
     shape_str,
 )
 from ._infer import CLASS_KEY, UNKNOWN, Infer, unknown_parts
-from ._inputs import check_input, construct_checked, forward_error, read_sizes, run_on_meta
+from ._inputs import (
+    check_input,
+    construct_checked,
+    describe_substitute,
+    forward_error,
+    read_sizes,
+    run_on_meta,
+)
 from ._mixin import LazyModuleMixin, attach, finish, in_build, is_unbuilt, rehearsing
-from ._placeholder import UninitializedBuffer, UninitializedParameter, fill
+from ._placeholder import UninitializedBuffer, UninitializedParameter, fill, placeholder_for
 from ._state import LazyState, context, lazy_state, record_construction
 from ._tensors import is_placeholder, own_slots, raw
 
-__all__ = ["LazyLayer", "placeholder_for"]
+__all__ = ["LazyLayer"]
 
 #: the second probe of _lazynn_hide_probes, as a multiple of the first
 _FAR = 1024
@@ -339,7 +346,7 @@ class LazyLayer(LazyModuleMixin):
                         module_path(self),  # type: ignore[arg-type]
                         f"'{key_text((prefix, name))}' of shape {shape_str(value.shape)} "
                         "(from the inputs)",
-                        _describe_substitute(current),
+                        describe_substitute(current),
                         "build the model with a plain call first (model(example)), then take "
                         "its parameters for torch.func; the layer is still unbuilt",
                     )
@@ -385,7 +392,9 @@ class LazyLayer(LazyModuleMixin):
                 dtype if dtype is not None else self._lazynn.dtype,
             )
 
-    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+    def _lazynn_build_from_state(
+        self, state_dict: dict[str, Any], prefix: str, assign: bool = False
+    ) -> None:
         found: dict[tuple[str, str], torch.Size] = {}
         for (path, name), _ in self._lazynn_slots():
             key = prefix + (f"{path}.{name}" if path else name)
@@ -430,13 +439,20 @@ class LazyLayer(LazyModuleMixin):
         # values come from the checkpoint, no random number is drawn. Otherwise (strict=False,
         # a non-persistent buffer) the layer is constructed as eager, and what the checkpoint
         # holds overwrites it.
-        self._lazynn_build(sizes, source=self._lazynn_empty_eager(sizes) if every else None)
+        # With assign=True the checkpoint's tensors replace the layer's: nothing is allocated.
+        source = self._lazynn_empty_eager(sizes, allocate=not assign) if every else None
+        self._lazynn_build(
+            sizes, device="meta" if source is not None and assign else None, source=source
+        )
         finish(self)
 
-    def _lazynn_empty_eager(self, sizes: Mapping[str, Any]) -> nn.Module:
+    def _lazynn_empty_eager(self, sizes: Mapping[str, Any], allocate: bool = True) -> nn.Module:
         """The eager layer with ``sizes``, its tensors allocated but not initialized (where
-        :meth:`_lazynn_new_eager` would construct it), drawing no random numbers."""
+        :meth:`_lazynn_new_eager` would construct it), drawing no random numbers; with
+        ``allocate=False``, on meta."""
         shadow = self._lazynn_construct(sizes, "meta")
+        if not allocate:
+            return shadow
         where = self._lazynn_where()
         # (torch.empty, not to_empty: empty_like of a meta tensor runs torch's Python
         # reference, which imports sympy)
@@ -459,8 +475,14 @@ class LazyLayer(LazyModuleMixin):
         return self._lazynn.device
 
     def _lazynn_shapes(self, sizes: Mapping[str, Any]) -> dict[tuple[str, str], torch.Size]:
-        """The shape of each tensor of the layer built with ``sizes`` (on meta)."""
-        return {key: t.shape for key, t in slots(self._lazynn_construct(sizes, "meta")).items()}
+        """The shape of each tensor of the layer built with ``sizes`` (on meta; remembered, as
+        the checkpoint solver asks again for the same sizes)."""
+        cache = self._lazynn.shapes
+        key = (self.cls_to_become, repr(sorted(sizes.items())))
+        if key not in cache:
+            shadow = self._lazynn_construct(sizes, "meta")
+            cache[key] = {slot: t.shape for slot, t in slots(shadow).items()}
+        return cache[key]
 
     def _lazynn_solve_sizes(
         self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
@@ -469,29 +491,3 @@ class LazyLayer(LazyModuleMixin):
         specs = self._lazynn_specs()
         base = {name: spec.probe_value(self._lazynn.kwargs) for name, spec in specs.items()}
         return solve_sizes(base, self._lazynn_shapes, found, where, prefix)
-
-
-def _describe_substitute(tensor: torch.Tensor) -> str:
-    """What torch.func.functional_call put in a placeholder's place, for an error message."""
-    if is_placeholder(tensor) or tensor.numel() == 0:
-        return "an unbuilt placeholder seen through torch.func (functional_call or a transform)"
-    return (
-        f"a tensor of shape {shape_str(tensor.shape)} from torch.func.functional_call, "
-        "which does not fit"
-    )
-
-
-def placeholder_for(
-    tensor: torch.Tensor,
-    kind: type[UninitializedParameter] | type[UninitializedBuffer],
-    device: torch.device,
-    owner: nn.Module,
-    prefix: str,
-    name: str,
-) -> torch.Tensor:
-    placeholder = kind(requires_grad=tensor.requires_grad, device=device, dtype=tensor.dtype)
-    label = f"{prefix}.{name}" if prefix else name
-    placeholder._lazynn_owner = f"the '{label}' of {type(owner).__name__}"
-    if kind is UninitializedBuffer:
-        del placeholder.__dict__["_is_buffer"], placeholder.__dict__["persistent"]
-    return placeholder

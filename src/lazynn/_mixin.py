@@ -354,7 +354,9 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         return handle  # type: ignore[no-any-return]
 
     # --- checkpoints -------------------------------------------------------------------------
-    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+    def _lazynn_build_from_state(
+        self, state_dict: dict[str, Any], prefix: str, assign: bool = False
+    ) -> None:
         """Build from a checkpoint's shapes. Default, as torch: materialize each placeholder
         with its entry's shape; the class swap waits for the first call."""
         for _, name, tensor in own_slots(self):  # type: ignore[arg-type]
@@ -370,7 +372,10 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         if is_unbuilt(self):  # type: ignore[arg-type]
             with BUILD_LOCK:
                 if is_unbuilt(self):  # type: ignore[arg-type]
-                    self._lazynn_build_from_state(state_dict, prefix)
+                    # load_state_dict(assign=True) passes it in the module's metadata
+                    meta = args[0] if args and isinstance(args[0], dict) else {}
+                    assign = bool(meta.get("assign_to_params_buffers", False))
+                    self._lazynn_build_from_state(state_dict, prefix, assign)
         if isinstance(self, LazyModuleMixin):
             super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
         else:  # built just now, and the class swapped: load as the eager class does

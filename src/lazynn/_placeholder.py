@@ -43,6 +43,7 @@ __all__ = [
     "UninitializedParameter",
     "fill",
     "is_lazy",
+    "placeholder_for",
     "relocate",
 ]
 
@@ -428,6 +429,24 @@ def is_lazy(obj: object) -> bool:
             or any(is_placeholder(t) for t in obj.buffers())
         )
     return is_placeholder(obj)
+
+
+def placeholder_for(
+    tensor: torch.Tensor,
+    kind: type[UninitializedParameter] | type[UninitializedBuffer],
+    device: torch.device,
+    owner: nn.Module,
+    prefix: str,
+    name: str,
+) -> torch.Tensor:
+    """A placeholder of ``kind`` standing for ``tensor`` (its dtype and ``requires_grad``) on
+    ``device``, named in errors as the ``prefix.name`` of ``owner``."""
+    placeholder = kind(requires_grad=tensor.requires_grad, device=device, dtype=tensor.dtype)
+    label = f"{prefix}.{name}" if prefix else name
+    placeholder._lazynn_owner = f"the '{label}' of {type(owner).__name__}"
+    if kind is UninitializedBuffer:
+        del placeholder.__dict__["_is_buffer"], placeholder.__dict__["persistent"]
+    return placeholder
 
 
 # An unbuilt model's state_dict holds placeholders; allow them in torch.load's default

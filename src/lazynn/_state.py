@@ -116,6 +116,9 @@ class LazyState:
     #: construction number: copies (``deepcopy``) keep it, so ``build`` gives copies built
     #: together the values of the first, as eager copies have
     birth: int = -1
+    #: (class, sizes) -> the shape of each tensor of the layer built with them: derived, so
+    #: copies share it and a rollback leaves it
+    shapes: dict[Any, dict[tuple[str, str], torch.Size]] = field(default_factory=dict)
 
     def copy(self) -> LazyState:
         """An independent copy (its own dicts), for a copy of the module."""
@@ -129,6 +132,7 @@ class LazyState:
             shown=self.shown,
             rng=self.rng,
             birth=self.birth,
+            shapes=self.shapes,
         )
 
     def restore(self, saved: LazyState) -> None:

@@ -146,7 +146,9 @@ class _RankAgnostic(LazyLayer, nn.Module):
         # class-swapped module, which then refuses as every built layer does)
         LazyLayer.initialize_parameters(self, *args, **kwargs)
 
-    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+    def _lazynn_build_from_state(
+        self, state_dict: dict[str, Any], prefix: str, assign: bool = False
+    ) -> None:
         entries = [
             state_dict.get(prefix + (f"{path}.{name}" if path else name))
             for (path, name), _ in self._lazynn_slots()
@@ -169,7 +171,7 @@ class _RankAgnostic(LazyLayer, nn.Module):
         layout = self.__dict__["cls_to_become"]
         self.__dict__["cls_to_become"] = target
         try:
-            super()._lazynn_build_from_state(state_dict, prefix)
+            super()._lazynn_build_from_state(state_dict, prefix, assign)
         except BaseException:
             self.__dict__["cls_to_become"] = layout  # still unbuilt, its rank unknown
             raise

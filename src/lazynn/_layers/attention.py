@@ -14,9 +14,9 @@ from torch import nn
 
 from .._errors import module_path
 from .._infer import CLASS_KEY, Infer
-from .._layer import LazyLayer, placeholder_for
+from .._layer import LazyLayer
 from .._mixin import is_unbuilt, rehearsing, warn_built
-from .._placeholder import UninitializedParameter
+from .._placeholder import UninitializedParameter, placeholder_for
 from .._snapshot import Snapshot
 from .._state import find_state, lazy_state
 from .._tensors import raw
@@ -136,7 +136,9 @@ class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
             _warn_relayout(self, sizes)  # (lazynn.build comes here directly)
         super()._lazynn_build(sizes, device, dtype, source)
 
-    def _lazynn_build_from_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+    def _lazynn_build_from_state(
+        self, state_dict: dict[str, Any], prefix: str, assign: bool = False
+    ) -> None:
         # Lay the placeholders out as the checkpoint is, solve, or put everything back.
         snapshot = Snapshot(self)
         try:
@@ -149,7 +151,7 @@ class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
                 n: probe["embed_dim"] + separate for n in ("kdim", "vdim") if n in probe
             }
             changed = self._lazynn_relayout({**probe, **unlike})
-            super()._lazynn_build_from_state(state_dict, prefix)
+            super()._lazynn_build_from_state(state_dict, prefix, assign)
         except BaseException:
             snapshot.restore()
             raise
