@@ -34,7 +34,7 @@ def _same(output: Any) -> torch.Tensor:
     return output  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Row:
     lazy: type[nn.Module]
     eager: type[nn.Module]
@@ -198,8 +198,9 @@ def _norm_shape(
 
 
 ROWS: list[Row] = [
-    Row(lazynn.LazyLinear, nn.Linear, "in_features", _linear_options(), _linear_shape,
-        _any_size, {"out_features": 3}),
+    Row(lazy=lazynn.LazyLinear, eager=nn.Linear, inferred="in_features",
+        options=_linear_options(), shape=_linear_shape, sizes=_any_size,
+        simple={"out_features": 3}),
 ]
 for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
     [
@@ -209,10 +210,12 @@ for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
     ],
     start=1,
 ):
-    ROWS.append(Row(_lazy, _eager, "in_channels", _conv_options(False), _conv_shape(_rank),
-                    _groups_sizes, {"out_channels": 4, "kernel_size": 3}))
-    ROWS.append(Row(_lazy_t, _eager_t, "in_channels", _conv_options(True), _conv_shape(_rank),
-                    _groups_sizes, {"out_channels": 4, "kernel_size": 3}))
+    ROWS.append(Row(lazy=_lazy, eager=_eager, inferred="in_channels",
+                    options=_conv_options(False), shape=_conv_shape(_rank),
+                    sizes=_groups_sizes, simple={"out_channels": 4, "kernel_size": 3}))
+    ROWS.append(Row(lazy=_lazy_t, eager=_eager_t, inferred="in_channels",
+                    options=_conv_options(True), shape=_conv_shape(_rank),
+                    sizes=_groups_sizes, simple={"out_channels": 4, "kernel_size": 3}))
 for _lazy, _eager, _brank, _unbatched, _affine in [
     (lazynn.LazyBatchNorm1d, nn.BatchNorm1d, 3, False, True),
     (lazynn.LazyBatchNorm2d, nn.BatchNorm2d, 4, False, True),
@@ -221,9 +224,9 @@ for _lazy, _eager, _brank, _unbatched, _affine in [
     (lazynn.LazyInstanceNorm2d, nn.InstanceNorm2d, 4, True, False),
     (lazynn.LazyInstanceNorm3d, nn.InstanceNorm3d, 5, True, False),
 ]:
-    ROWS.append(Row(_lazy, _eager, "num_features", _norm_options(_affine),
-                    _norm_shape(_brank, _unbatched), _any_size,
-                    {"affine": True, "track_running_stats": True}))
+    ROWS.append(Row(lazy=_lazy, eager=_eager, inferred="num_features",
+                    options=_norm_options(_affine), shape=_norm_shape(_brank, _unbatched),
+                    sizes=_any_size, simple={"affine": True, "track_running_stats": True}))
 
 
 def _channels_shape(rank: int) -> Callable[[Options, int, bool], tuple[int, ...]]:
@@ -253,49 +256,53 @@ def _transformer_size(m: nn.Module) -> Any:
 ROWS += [
     # simple: num_groups=1, so that any size is valid for the tests that pick their own
     # sizes (test_copies builds with 2 and 5); the hypothesis options draw 1, 2 and 3.
-    Row(lazynn.LazyGroupNorm, nn.GroupNorm, "num_channels",
-        st.fixed_dictionaries({"num_groups": st.sampled_from([1, 2, 3]),
-                               "eps": st.sampled_from([1e-5, 1e-3]),
-                               "affine": st.booleans()}),
-        _channels_shape(3), lambda o: _multiples(o, o["num_groups"]),
-        {"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"])),
-    Row(lazynn.LazyPReLU, nn.PReLU, "num_parameters",
-        st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
-        _channels_shape(3), _any_size, {}, wrong_ranks=(1,)),
-    Row(lazynn.LazySyncBatchNorm, nn.SyncBatchNorm, "num_features", _norm_options(True),
-        _channels_shape(3), _any_size, {"affine": True, "track_running_stats": True},
-        wrong_ranks=(1,)),
-    Row(lazynn.LazyRNNCell, nn.RNNCell, "input_size",
-        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans(),
-                               "nonlinearity": st.sampled_from(["tanh", "relu"])}),
-        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
-    Row(lazynn.LazyGRUCell, nn.GRUCell, "input_size",
-        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
-        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
-    Row(lazynn.LazyLayerNorm, nn.LayerNorm, "normalized_shape",
-        st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
-                               "elementwise_affine": st.booleans(), "bias": st.booleans()}),
-        _cell_shape, _any_size, {}, wrong_ranks=(0,),
+    Row(lazy=lazynn.LazyGroupNorm, eager=nn.GroupNorm, inferred="num_channels",
+        options=st.fixed_dictionaries({"num_groups": st.sampled_from([1, 2, 3]),
+                                       "eps": st.sampled_from([1e-5, 1e-3]),
+                                       "affine": st.booleans()}),
+        shape=_channels_shape(3), sizes=lambda o: _multiples(o, o["num_groups"]),
+        simple={"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"])),
+    Row(lazy=lazynn.LazyPReLU, eager=nn.PReLU, inferred="num_parameters",
+        options=st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
+        shape=_channels_shape(3), sizes=_any_size, simple={}, wrong_ranks=(1,)),
+    Row(lazy=lazynn.LazySyncBatchNorm, eager=nn.SyncBatchNorm, inferred="num_features",
+        options=_norm_options(True), shape=_channels_shape(3), sizes=_any_size,
+        simple={"affine": True, "track_running_stats": True}, wrong_ranks=(1,)),
+    Row(lazy=lazynn.LazyRNNCell, eager=nn.RNNCell, inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
+                                       "bias": st.booleans(),
+                                       "nonlinearity": st.sampled_from(["tanh", "relu"])}),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3)),
+    Row(lazy=lazynn.LazyGRUCell, eager=nn.GRUCell, inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
+                                       "bias": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3)),
+    Row(lazy=lazynn.LazyLayerNorm, eager=nn.LayerNorm, inferred="normalized_shape",
+        options=st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
+                                       "elementwise_affine": st.booleans(),
+                                       "bias": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
         size_of=lambda m: m.normalized_shape[0]),
-    Row(lazynn.LazyRMSNorm, nn.RMSNorm, "normalized_shape",
-        st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
-                               "elementwise_affine": st.booleans()}),
-        _cell_shape, _any_size, {}, wrong_ranks=(0,),
+    Row(lazy=lazynn.LazyRMSNorm, eager=nn.RMSNorm, inferred="normalized_shape",
+        options=st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
+                                       "elementwise_affine": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
         size_of=lambda m: m.normalized_shape[0]),
     # simple: nhead=1 (any d_model is valid) and dropout=0.0, so that outputs do not depend
     # on the RNG state at call time (the generic tests compare outputs of separately called
     # twins); the hypothesis options draw dropout 0.1 too, where both draw the same numbers.
-    Row(lazynn.LazyTransformerEncoderLayer, nn.TransformerEncoderLayer, "d_model",
-        st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
-                               "dim_feedforward": st.integers(2, 8),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "activation": st.sampled_from(["relu", "gelu"]),
-                               "batch_first": st.booleans(), "norm_first": st.booleans()}),
-        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
-        {"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
+    Row(lazy=lazynn.LazyTransformerEncoderLayer, eager=nn.TransformerEncoderLayer,
+        inferred="d_model",
+        options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
+                                       "dim_feedforward": st.integers(2, 8),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "activation": st.sampled_from(["relu", "gelu"]),
+                                       "batch_first": st.booleans(),
+                                       "norm_first": st.booleans()}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
         size_of=_transformer_size, step=lambda o: int(o["nhead"])),
 ]
-
 
 
 # --- layers with several inputs or a tuple output ---------------------------------------------
@@ -389,65 +396,76 @@ def _rows_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
 
 
 ROWS += [
-    Row(lazynn.LazyRNN, nn.RNN, "input_size", _recurrent_options(True, False),
-        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazynn.LazyLSTM, nn.LSTM, "input_size", _recurrent_options(False, True),
-        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazynn.LazyGRU, nn.GRU, "input_size", _recurrent_options(False, False),
-        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazynn.LazyLSTMCell, nn.LSTMCell, "input_size",
-        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
-        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3), out=_joined),
-    # simple: num_heads=1 and dropout=0.0, as the TransformerEncoderLayer row
-    Row(lazynn.LazyMultiheadAttention, nn.MultiheadAttention, "embed_dim",
-        st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "bias": st.booleans(), "add_bias_kv": st.booleans(),
-                               "add_zero_attn": st.booleans(),
-                               "batch_first": st.booleans()}),
-        _sequence_shape, lambda o: _multiples(o, o["num_heads"]), {"num_heads": 1},
-        wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]), args=_attention_args,
+    Row(lazy=lazynn.LazyRNN, eager=nn.RNN, inferred="input_size",
+        options=_recurrent_options(True, False), shape=_sequence_shape, sizes=_any_size,
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazy=lazynn.LazyLSTM, eager=nn.LSTM, inferred="input_size",
+        options=_recurrent_options(False, True), shape=_sequence_shape, sizes=_any_size,
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazy=lazynn.LazyGRU, eager=nn.GRU, inferred="input_size",
+        options=_recurrent_options(False, False), shape=_sequence_shape, sizes=_any_size,
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazy=lazynn.LazyLSTMCell, eager=nn.LSTMCell, inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
+                                       "bias": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
         out=_joined),
+    # simple: num_heads=1 and dropout=0.0, as the TransformerEncoderLayer row
+    Row(lazy=lazynn.LazyMultiheadAttention, eager=nn.MultiheadAttention, inferred="embed_dim",
+        options=st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "bias": st.booleans(), "add_bias_kv": st.booleans(),
+                                       "add_zero_attn": st.booleans(),
+                                       "batch_first": st.booleans()}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["num_heads"]),
+        simple={"num_heads": 1}, wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]),
+        args=_attention_args, out=_joined),
     # nn.Transformer warns (its encoder's nested-tensor fast path is off) unless batch_first,
     # not norm_first and an even nhead: the options stay within those
-    Row(lazynn.LazyTransformer, nn.Transformer, "d_model",
-        st.fixed_dictionaries({"nhead": st.sampled_from([2, 4]),
-                               "num_encoder_layers": st.integers(1, 2),
-                               "num_decoder_layers": st.integers(1, 2),
-                               "dim_feedforward": st.integers(2, 8),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "activation": st.sampled_from(["relu", "gelu"]),
-                               "batch_first": st.just(True)}),
-        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
-        {"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 8,
-         "dropout": 0.0, "batch_first": True},
+    Row(lazy=lazynn.LazyTransformer, eager=nn.Transformer, inferred="d_model",
+        options=st.fixed_dictionaries({"nhead": st.sampled_from([2, 4]),
+                                       "num_encoder_layers": st.integers(1, 2),
+                                       "num_decoder_layers": st.integers(1, 2),
+                                       "dim_feedforward": st.integers(2, 8),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "activation": st.sampled_from(["relu", "gelu"]),
+                                       "batch_first": st.just(True)}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                "dim_feedforward": 8, "dropout": 0.0, "batch_first": True},
         wrong_ranks=(1, 4), step=lambda o: int(o["nhead"]),
         args=lambda m, x: (x, x.tanh())),
-    Row(lazynn.LazyTransformerDecoderLayer, nn.TransformerDecoderLayer, "d_model",
-        st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
-                               "dim_feedforward": st.integers(2, 8),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "activation": st.sampled_from(["relu", "gelu"]),
-                               "batch_first": st.booleans(), "norm_first": st.booleans(),
-                               "bias": st.booleans()}),
-        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
-        {"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
+    Row(lazy=lazynn.LazyTransformerDecoderLayer, eager=nn.TransformerDecoderLayer,
+        inferred="d_model",
+        options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
+                                       "dim_feedforward": st.integers(2, 8),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "activation": st.sampled_from(["relu", "gelu"]),
+                                       "batch_first": st.booleans(),
+                                       "norm_first": st.booleans(),
+                                       "bias": st.booleans()}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
         size_of=_transformer_size, step=lambda o: int(o["nhead"]),
         args=lambda m, x: (x, x.cos())),
-    Row(lazynn.LazyBilinear, nn.Bilinear, "in1_features", _linear_options(), _linear_shape,
-        _any_size, {"out_features": 3}, wrong_ranks=(0,),
+    Row(lazy=lazynn.LazyBilinear, eager=nn.Bilinear, inferred="in1_features",
+        options=_linear_options(), shape=_linear_shape, sizes=_any_size,
+        simple={"out_features": 3}, wrong_ranks=(0,),
         args=lambda m, x: (x, _second_input(x)),
         eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1}),
-    Row(lazynn.LazyAdaptiveLogSoftmaxWithLoss, nn.AdaptiveLogSoftmaxWithLoss, "in_features",
-        _adaptive_options(), _rows_shape, _adaptive_sizes,
-        {"n_classes": 8, "cutoffs": [4], "div_value": 2.0}, wrong_ranks=(0, 3),
-        args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined, rehearsable=False),
-    Row(lazynn.LazyLinearCrossEntropyLoss, nn.LinearCrossEntropyLoss, "in_features",
-        st.fixed_dictionaries({"num_classes": st.integers(2, 6), "bias": st.booleans(),
-                               "out_features": st.sampled_from([(), (2,)]),
-                               "reduction": st.sampled_from(["mean", "sum", "none"]),
-                               "label_smoothing": st.sampled_from([0.0, 0.1])}),
-        _rows_shape, _any_size, {"num_classes": 5}, wrong_ranks=(0, 3),
+    Row(lazy=lazynn.LazyAdaptiveLogSoftmaxWithLoss, eager=nn.AdaptiveLogSoftmaxWithLoss,
+        inferred="in_features", options=_adaptive_options(), shape=_rows_shape,
+        sizes=_adaptive_sizes, simple={"n_classes": 8, "cutoffs": [4], "div_value": 2.0},
+        wrong_ranks=(0, 3), args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined,
+        rehearsable=False),
+    Row(lazy=lazynn.LazyLinearCrossEntropyLoss, eager=nn.LinearCrossEntropyLoss,
+        inferred="in_features",
+        options=st.fixed_dictionaries({"num_classes": st.integers(2, 6),
+                                       "bias": st.booleans(),
+                                       "out_features": st.sampled_from([(), (2,)]),
+                                       "reduction": st.sampled_from(["mean", "sum", "none"]),
+                                       "label_smoothing": st.sampled_from([0.0, 0.1])}),
+        shape=_rows_shape, sizes=_any_size, simple={"num_classes": 5}, wrong_ranks=(0, 3),
         size_of=lambda m: m.linear.in_features,
         args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features))),
 ]
@@ -481,13 +499,14 @@ def _avg_pool_options(draw: st.DrawFn) -> Options:
     }
 
 
-def _agnostic(lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
+def _agnostic(*, lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
               options: st.SearchStrategy[Options], shape: Callable[..., tuple[int, ...]],
               sizes: Callable[[Options], st.SearchStrategy[int]], simple: Options,
               suffix: str = "", **more: Any) -> Row:
     """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims):
     batched only; wrong ranks: 1 (no class takes it) and 6 (none takes it either)."""
-    return Row(lazy, eager, inferred, options, shape, sizes, simple, wrong_ranks=(1, 6),
+    return Row(lazy=lazy, eager=eager, inferred=inferred, options=options, shape=shape,
+               sizes=sizes, simple=simple, wrong_ranks=(1, 6),
                name=f"{lazy.__name__}-{rank}d{suffix}", **more)
 
 
@@ -504,34 +523,42 @@ for _rank, _eagers in enumerate(
     _norm = {"affine": True, "track_running_stats": True}
     _pool_shape = _conv_shape(_rank)
     ROWS += [
-        _agnostic(lazynn.Conv, _conv, _rank, "in_channels", _conv_options(False),
-                  _conv_shape(_rank), _groups_sizes, {"out_channels": 4, "kernel_size": 3}),
-        _agnostic(lazynn.ConvTranspose, _conv_t, _rank, "in_channels", _conv_options(True),
-                  _conv_shape(_rank), _groups_sizes, {"out_channels": 4, "kernel_size": 3}),
-        _agnostic(lazynn.BatchNorm, _bn, _rank, "num_features", _norm_options(True),
-                  _norm_shape(_rank + 2, False), _any_size, _norm, checkpoint_builds=False),
-        _agnostic(lazynn.InstanceNorm, _in, _rank, "num_features", _norm_options(False),
-                  _norm_shape(_rank + 2, False), _any_size, _norm, checkpoint_builds=False),
-        _agnostic(lazynn.MaxPool, _max, _rank, "", _max_pool_options(), _pool_shape,
-                  _any_size, {"kernel_size": 2}, out=_joined),
-        _agnostic(lazynn.AvgPool, _avg, _rank, "", _avg_pool_options(), _pool_shape,
-                  _any_size, {"kernel_size": 2}),
-        _agnostic(lazynn.AdaptiveAvgPool, _aavg, _rank, "", _OUTPUT_SIZE, _pool_shape,
-                  _any_size, {"output_size": 2}),
-        _agnostic(lazynn.AdaptiveMaxPool, _amax, _rank, "",
-                  st.fixed_dictionaries({"output_size": st.integers(1, 3),
-                                         "return_indices": st.booleans()}),
-                  _pool_shape, _any_size, {"output_size": 2}, out=_joined),
+        _agnostic(lazy=lazynn.Conv, eager=_conv, rank=_rank, inferred="in_channels",
+                  options=_conv_options(False), shape=_conv_shape(_rank), sizes=_groups_sizes,
+                  simple={"out_channels": 4, "kernel_size": 3}),
+        _agnostic(lazy=lazynn.ConvTranspose, eager=_conv_t, rank=_rank, inferred="in_channels",
+                  options=_conv_options(True), shape=_conv_shape(_rank), sizes=_groups_sizes,
+                  simple={"out_channels": 4, "kernel_size": 3}),
+        _agnostic(lazy=lazynn.BatchNorm, eager=_bn, rank=_rank, inferred="num_features",
+                  options=_norm_options(True), shape=_norm_shape(_rank + 2, False),
+                  sizes=_any_size, simple=_norm, checkpoint_builds=False),
+        _agnostic(lazy=lazynn.InstanceNorm, eager=_in, rank=_rank, inferred="num_features",
+                  options=_norm_options(False), shape=_norm_shape(_rank + 2, False),
+                  sizes=_any_size, simple=_norm, checkpoint_builds=False),
+        _agnostic(lazy=lazynn.MaxPool, eager=_max, rank=_rank, inferred="",
+                  options=_max_pool_options(), shape=_pool_shape, sizes=_any_size,
+                  simple={"kernel_size": 2}, out=_joined),
+        _agnostic(lazy=lazynn.AvgPool, eager=_avg, rank=_rank, inferred="",
+                  options=_avg_pool_options(), shape=_pool_shape, sizes=_any_size,
+                  simple={"kernel_size": 2}),
+        _agnostic(lazy=lazynn.AdaptiveAvgPool, eager=_aavg, rank=_rank, inferred="",
+                  options=_OUTPUT_SIZE, shape=_pool_shape, sizes=_any_size,
+                  simple={"output_size": 2}),
+        _agnostic(lazy=lazynn.AdaptiveMaxPool, eager=_amax, rank=_rank, inferred="",
+                  options=st.fixed_dictionaries({"output_size": st.integers(1, 3),
+                                                 "return_indices": st.booleans()}),
+                  shape=_pool_shape, sizes=_any_size, simple={"output_size": 2}, out=_joined),
         # simple: p=0.0, so that separately called twins agree (the hypothesis options draw
         # p=0.5 too, where both draw the same mask)
-        _agnostic(lazynn.ChannelDropout, _drop, _rank, "",
-                  st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
-                  _pool_shape, _any_size, {"p": 0.0}),
+        _agnostic(lazy=lazynn.ChannelDropout, eager=_drop, rank=_rank, inferred="",
+                  options=st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
+                  shape=_pool_shape, sizes=_any_size, simple={"p": 0.0}),
     ]
 # BatchNorm1d takes (N, C) too
-ROWS.append(_agnostic(lazynn.BatchNorm, nn.BatchNorm1d, 1, "num_features", _norm_options(True),
-                      _norm_shape(2, False), _any_size,
-                      {"affine": True, "track_running_stats": True}, suffix="-NC",
+ROWS.append(_agnostic(lazy=lazynn.BatchNorm, eager=nn.BatchNorm1d, rank=1,
+                      inferred="num_features", options=_norm_options(True),
+                      shape=_norm_shape(2, False), sizes=_any_size,
+                      simple={"affine": True, "track_running_stats": True}, suffix="-NC",
                       checkpoint_builds=False))
 
 #: rows whose layers accept an unbatched input
