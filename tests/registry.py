@@ -8,6 +8,9 @@ row's input; ``out``: the output as one tensor); tests call every module, lazy o
 through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``. A
 rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
 rank selects.
+
+What a test checks of some layers only is a field of their rows too: models to build on meta
+and materialize (``materialize``); a test runs over the rows that have them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,20 @@ def _alone(module: nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
 
 def _same(output: Any) -> torch.Tensor:
     return output  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Twin:
+    """A lazy module made or called otherwise than its row's layer, and its eager twin."""
+
+    #: the test id
+    id: str
+    #: () -> the lazy module
+    lazy: Callable[[], nn.Module]
+    #: () -> what the lazy module is after its first call on ``inputs``, made eagerly
+    eager: Callable[[], nn.Module]
+    #: () -> the positional inputs
+    inputs: Callable[[], tuple[Any, ...]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +93,10 @@ class Row:
     #: whether build() / summary() can run it on meta tensors (False: its forward's shapes
     #: depend on values, as AdaptiveLogSoftmaxWithLoss's torch.nonzero; they refuse clearly)
     rehearsable: bool = True
+    #: lazy modules built on meta then materialized (or built at once) against eager
+    #: construction (tests/test_materialize.py): the layer, or a model whose first lazy layer
+    #: it is (nn.TransformerEncoder of its copies, a Sequential of it and another)
+    materialize: tuple[Twin, ...] = ()
 
     @property
     def id(self) -> str:
@@ -253,6 +274,10 @@ def _transformer_size(m: nn.Module) -> Any:
     return m.linear1.in_features
 
 
+#: the input of the rows' ``materialize`` models (drawn from a generator of its own: making
+#: it leaves the global random stream alone)
+_X = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+
 ROWS += [
     # simple: num_groups=1, so that any size is valid for the tests that pick their own
     # sizes (test_copies builds with 2 and 5); the hypothesis options draw 1, 2 and 3.
@@ -261,7 +286,13 @@ ROWS += [
                                        "eps": st.sampled_from([1e-5, 1e-3]),
                                        "affine": st.booleans()}),
         shape=_channels_shape(3), sizes=lambda o: _multiples(o, o["num_groups"]),
-        simple={"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"])),
+        simple={"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"]),
+        materialize=(
+            Twin(id="group-norm-prelu",
+                 lazy=lambda: nn.Sequential(lazynn.LazyGroupNorm(1), lazynn.LazyPReLU()),
+                 eager=lambda: nn.Sequential(nn.GroupNorm(1, 5), nn.PReLU(5)),
+                 inputs=lambda: (_X,)),
+        )),
     Row(lazy=lazynn.LazyPReLU, eager=nn.PReLU, inferred="num_parameters",
         options=st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
         shape=_channels_shape(3), sizes=_any_size, simple={}, wrong_ranks=(1,)),
@@ -276,7 +307,11 @@ ROWS += [
     Row(lazy=lazynn.LazyGRUCell, eager=nn.GRUCell, inferred="input_size",
         options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
                                        "bias": st.booleans()}),
-        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3)),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
+        materialize=(
+            Twin(id="gru-cell", lazy=lambda: lazynn.LazyGRUCell(4),
+                 eager=lambda: nn.GRUCell(8, 4), inputs=lambda: (_X[0],)),
+        )),
     Row(lazy=lazynn.LazyLayerNorm, eager=nn.LayerNorm, inferred="normalized_shape",
         options=st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
                                        "elementwise_affine": st.booleans(),
@@ -301,7 +336,19 @@ ROWS += [
                                        "norm_first": st.booleans()}),
         shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
         simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
-        size_of=_transformer_size, step=lambda o: int(o["nhead"])),
+        size_of=_transformer_size, step=lambda o: int(o["nhead"]),
+        materialize=(
+            Twin(id="encoder-layer",
+                 lazy=lambda: lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16),
+                 eager=lambda: nn.TransformerEncoderLayer(8, 2, 16), inputs=lambda: (_X,)),
+            Twin(id="encoder-of-copies",
+                 lazy=lambda: nn.TransformerEncoder(
+                     lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16), 3,
+                     enable_nested_tensor=False),
+                 eager=lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 3,
+                                                     enable_nested_tensor=False),
+                 inputs=lambda: (_X,)),
+        )),
 ]
 
 
@@ -401,7 +448,12 @@ ROWS += [
         simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
     Row(lazy=lazynn.LazyLSTM, eager=nn.LSTM, inferred="input_size",
         options=_recurrent_options(False, True), shape=_sequence_shape, sizes=_any_size,
-        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined,
+        materialize=(
+            Twin(id="lstm", lazy=lambda: lazynn.LazyLSTM(4, num_layers=2, bidirectional=True),
+                 eager=lambda: nn.LSTM(8, 4, num_layers=2, bidirectional=True),
+                 inputs=lambda: (_X,)),
+        )),
     Row(lazy=lazynn.LazyGRU, eager=nn.GRU, inferred="input_size",
         options=_recurrent_options(False, False), shape=_sequence_shape, sizes=_any_size,
         simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
@@ -419,7 +471,11 @@ ROWS += [
                                        "batch_first": st.booleans()}),
         shape=_sequence_shape, sizes=lambda o: _multiples(o, o["num_heads"]),
         simple={"num_heads": 1}, wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]),
-        args=_attention_args, out=_joined),
+        args=_attention_args, out=_joined,
+        materialize=(
+            Twin(id="mha", lazy=lambda: lazynn.LazyMultiheadAttention(2),
+                 eager=lambda: nn.MultiheadAttention(8, 2), inputs=lambda: (_X, _X, _X)),
+        )),
     # nn.Transformer warns (its encoder's nested-tensor fast path is off) unless batch_first,
     # not norm_first and an even nhead: the options stay within those
     Row(lazy=lazynn.LazyTransformer, eager=nn.Transformer, inferred="d_model",
@@ -434,7 +490,13 @@ ROWS += [
         simple={"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
                 "dim_feedforward": 8, "dropout": 0.0, "batch_first": True},
         wrong_ranks=(1, 4), step=lambda o: int(o["nhead"]),
-        args=lambda m, x: (x, x.tanh())),
+        args=lambda m, x: (x, x.tanh()),
+        materialize=(
+            Twin(id="transformer",
+                 lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=2,
+                                                     num_decoder_layers=1, dim_feedforward=16),
+                 eager=lambda: nn.Transformer(8, 2, 2, 1, 16), inputs=lambda: (_X, _X)),
+        )),
     Row(lazy=lazynn.LazyTransformerDecoderLayer, eager=nn.TransformerDecoderLayer,
         inferred="d_model",
         options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
@@ -447,12 +509,21 @@ ROWS += [
         shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
         simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
         size_of=_transformer_size, step=lambda o: int(o["nhead"]),
-        args=lambda m, x: (x, x.cos())),
+        args=lambda m, x: (x, x.cos()),
+        materialize=(
+            Twin(id="decoder-layer",
+                 lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, dim_feedforward=16),
+                 eager=lambda: nn.TransformerDecoderLayer(8, 2, 16), inputs=lambda: (_X, _X)),
+        )),
     Row(lazy=lazynn.LazyBilinear, eager=nn.Bilinear, inferred="in1_features",
         options=_linear_options(), shape=_linear_shape, sizes=_any_size,
         simple={"out_features": 3}, wrong_ranks=(0,),
         args=lambda m, x: (x, _second_input(x)),
-        eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1}),
+        eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1},
+        materialize=(
+            Twin(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
+                 eager=lambda: nn.Bilinear(8, 8, 3), inputs=lambda: (_X, _X)),
+        )),
     Row(lazy=lazynn.LazyAdaptiveLogSoftmaxWithLoss, eager=nn.AdaptiveLogSoftmaxWithLoss,
         inferred="in_features", options=_adaptive_options(), shape=_rows_shape,
         sizes=_adaptive_sizes, simple={"n_classes": 8, "cutoffs": [4], "div_value": 2.0},
