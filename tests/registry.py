@@ -9,8 +9,9 @@ through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``
 rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
 rank selects.
 
-What a test checks of some layers only is a field of their rows too: models to build on meta
-and materialize (``materialize``); a test runs over the rows that have them.
+What a test checks of some layers only is a field of their rows too: other constructions and
+inputs (``variants``) and models to build on meta and materialize (``materialize``); a test
+runs over the rows that have them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import hypothesis.strategies as st
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 import lazynn
 
@@ -49,6 +51,9 @@ class Twin:
     eager: Callable[[], nn.Module]
     #: () -> the positional inputs
     inputs: Callable[[], tuple[Any, ...]]
+    #: whether the eager twin's checkpoint is also loaded into an unbuilt lazy module (the
+    #: variants whose checkpoints no row covers)
+    checkpoint: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +98,10 @@ class Row:
     #: whether build() / summary() can run it on meta tensors (False: its forward's shapes
     #: depend on values, as AdaptiveLogSoftmaxWithLoss's torch.nonzero; they refuse clearly)
     rehearsable: bool = True
+    #: other constructions and inputs of the layer (a packed sequence, a declared kdim, two
+    #: normalized dimensions...), each against its eager twin after the first call
+    #: (tests/test_sequence_layers.py)
+    variants: tuple[Twin, ...] = ()
     #: lazy modules built on meta then materialized (or built at once) against eager
     #: construction (tests/test_materialize.py): the layer, or a model whose first lazy layer
     #: it is (nn.TransformerEncoder of its copies, a Sequential of it and another)
@@ -317,7 +326,12 @@ ROWS += [
                                        "elementwise_affine": st.booleans(),
                                        "bias": st.booleans()}),
         shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
-        size_of=lambda m: m.normalized_shape[0]),
+        size_of=lambda m: m.normalized_shape[0],
+        variants=(
+            Twin(id="layer-norm-2-dims", lazy=lambda: lazynn.LazyLayerNorm(dims=2),
+                 eager=lambda: nn.LayerNorm((3, 5)), inputs=lambda: (torch.randn(4, 3, 5),),
+                 checkpoint=True),
+        )),
     Row(lazy=lazynn.LazyRMSNorm, eager=nn.RMSNorm, inferred="normalized_shape",
         options=st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
                                        "elementwise_affine": st.booleans()}),
@@ -449,6 +463,11 @@ ROWS += [
     Row(lazy=lazynn.LazyLSTM, eager=nn.LSTM, inferred="input_size",
         options=_recurrent_options(False, True), shape=_sequence_shape, sizes=_any_size,
         simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined,
+        variants=(
+            Twin(id="lstm-packed", lazy=lambda: lazynn.LazyLSTM(4), eager=lambda: nn.LSTM(5, 4),
+                 inputs=lambda: (pack_padded_sequence(torch.randn(6, 3, 5),
+                                                      torch.tensor([6, 4, 2])),)),
+        ),
         materialize=(
             Twin(id="lstm", lazy=lambda: lazynn.LazyLSTM(4, num_layers=2, bidirectional=True),
                  eager=lambda: nn.LSTM(8, 4, num_layers=2, bidirectional=True),
@@ -472,6 +491,14 @@ ROWS += [
         shape=_sequence_shape, sizes=lambda o: _multiples(o, o["num_heads"]),
         simple={"num_heads": 1}, wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]),
         args=_attention_args, out=_joined,
+        variants=(
+            Twin(id="mha-declared-kdim",
+                 lazy=lambda: lazynn.LazyMultiheadAttention(2, kdim=6, vdim=7),
+                 eager=lambda: nn.MultiheadAttention(8, 2, kdim=6, vdim=7),
+                 inputs=lambda: (torch.randn(5, 3, 8), torch.randn(4, 3, 6),
+                                 torch.randn(4, 3, 7)),
+                 checkpoint=True),
+        ),
         materialize=(
             Twin(id="mha", lazy=lambda: lazynn.LazyMultiheadAttention(2),
                  eager=lambda: nn.MultiheadAttention(8, 2), inputs=lambda: (_X, _X, _X)),
@@ -491,6 +518,15 @@ ROWS += [
                 "dim_feedforward": 8, "dropout": 0.0, "batch_first": True},
         wrong_ranks=(1, 4), step=lambda o: int(o["nhead"]),
         args=lambda m, x: (x, x.tanh()),
+        variants=(
+            # a target sequence of another length than the source
+            Twin(id="transformer",
+                 lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=1,
+                                                     num_decoder_layers=1, dim_feedforward=16,
+                                                     dropout=0.0, batch_first=True),
+                 eager=lambda: nn.Transformer(8, 2, 1, 1, 16, 0.0, batch_first=True),
+                 inputs=lambda: (torch.randn(2, 3, 8), torch.randn(2, 4, 8))),
+        ),
         materialize=(
             Twin(id="transformer",
                  lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=2,
