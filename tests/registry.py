@@ -9,14 +9,15 @@ through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``
 rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
 rank selects.
 
-What a test checks of some layers only is a field of their rows too: other constructions and
-inputs (``variants``) and models to build on meta and materialize (``materialize``); a test
-runs over the rows that have them.
+What a test checks of some layers only is a field of their rows too: other call forms with
+their bad inputs (``calls``), other constructions and inputs (``variants``) and models to
+build on meta and materialize (``materialize``); a test runs over the rows that have them.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ from torch.nn.utils.rnn import pack_padded_sequence
 import lazynn
 
 Options = dict[str, Any]
+#: a call's (positional, keyword) arguments
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 def _alone(module: nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
@@ -54,6 +57,45 @@ class Twin:
     #: whether the eager twin's checkpoint is also loaded into an unbuilt lazy module (the
     #: variants whose checkpoints no row covers)
     checkpoint: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bad:
+    """A bad first input of a call form: refused by lazynn, the layer left as it was."""
+
+    #: the test id
+    id: str
+    #: () -> the bad inputs
+    inputs: Callable[[], Inputs]
+    #: what the message says after the layer's name (a regular expression)
+    pattern: str
+    #: the eager twin refuses the input too (False: no eager twin can be made from it)
+    eager_refuses: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallForm:
+    """The row's layer called with inputs of its own (not derived from the row's one input)."""
+
+    #: the test id
+    id: str
+    #: () -> the lazy layer
+    lazy: Callable[[], nn.Module]
+    #: () -> the eager twin of ``lazy`` built on ``inputs``
+    eager: Callable[[], nn.Module]
+    #: () -> the good inputs
+    inputs: Callable[[], Inputs]
+    #: the inferred sizes, read from a built module
+    sizes: Callable[[nn.Module], tuple[int, ...]]
+    #: () -> an eager twin with other inferred sizes
+    other: Callable[[], nn.Module]
+    #: () -> inputs for ``other``
+    other_inputs: Callable[[], Inputs]
+    #: how the call form calls the layer unlike the registry's row; empty: as the row does
+    #: (the form only gives the good inputs and eager twin of its ``bad`` inputs)
+    beyond: str = ""
+    #: bad first inputs, each refused and leaving the layer as it was
+    bad: tuple[Bad, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +140,9 @@ class Row:
     #: whether build() / summary() can run it on meta tensors (False: its forward's shapes
     #: depend on values, as AdaptiveLogSoftmaxWithLoss's torch.nonzero; they refuse clearly)
     rehearsable: bool = True
+    #: other call forms of the layer, each against its eager twin, with other sizes, and its
+    #: bad first inputs (tests/test_more_layers.py)
+    calls: tuple[CallForm, ...] = ()
     #: other constructions and inputs of the layer (a packed sequence, a declared kdim, two
     #: normalized dimensions...), each against its eager twin after the first call
     #: (tests/test_sequence_layers.py)
@@ -456,6 +501,131 @@ def _rows_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
     return (6, c) if batched or o.get("out_features") else (c,)
 
 
+# --- the rows' other call forms (tests/test_more_layers.py) ------------------------------------
+
+
+def _call(*a: Any, **k: Any) -> Callable[[], Inputs]:
+    """Inputs made from factories, each called when the inputs are needed."""
+
+    def make() -> Inputs:
+        return tuple(f() for f in a), {key: f() for key, f in k.items()}
+
+    return make
+
+
+def _randn(*shape: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randn(shape)
+
+
+def _classes(n_classes: int, *shape: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randint(0, n_classes, shape)
+
+
+def _causal(n: int) -> Callable[[], torch.Tensor]:
+    return lambda: nn.Transformer.generate_square_subsequent_mask(n)
+
+
+def _padding(batch: int, length: int) -> Callable[[], torch.Tensor]:
+    mask = torch.zeros(batch, length, dtype=torch.bool)
+    mask[:, -1] = True
+    return lambda: mask.clone()
+
+
+def _shape_text(*shape: int) -> str:
+    return re.escape(str(tuple(shape)))
+
+
+def _decoder_sizes(m: nn.Module) -> tuple[int, ...]:
+    # nn.TransformerDecoderLayer keeps no d_model attribute: read it where it lands
+    return (m.linear1.in_features, m.self_attn.embed_dim, m.multihead_attn.embed_dim)
+
+
+_LSTM_CELL_CALLS = (
+    CallForm(id="lstm-cell-state-no-bias", lazy=lambda: lazynn.LazyLSTMCell(3, bias=False),
+             eager=lambda: nn.LSTMCell(5, 3, bias=False),
+             inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 3), torch.randn(4, 3))), {}),
+             sizes=lambda m: (m.input_size,), other=lambda: nn.LSTMCell(2, 3, bias=False),
+             other_inputs=_call(_randn(4, 2)), beyond="an explicit (h, c) state",
+             bad=(
+                 Bad(id="lstm-cell-state-of-another-size",
+                     inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 2), torch.randn(4, 2))),
+                                     {}),
+                     pattern=rf"expected .*received .*{_shape_text(4, 2)}.*hidden_size"),
+             )),
+)
+
+
+def _bilinear_sizes(m: nn.Module) -> tuple[int, ...]:
+    return (m.in1_features, m.in2_features)
+
+
+_BILINEAR_CALLS = (
+    CallForm(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
+             eager=lambda: nn.Bilinear(5, 4, 3), inputs=_call(_randn(6, 5), _randn(6, 4)),
+             sizes=_bilinear_sizes, other=lambda: nn.Bilinear(2, 7, 3),
+             other_inputs=_call(_randn(6, 2), _randn(6, 7)),
+             bad=(
+                 Bad(id="bilinear-second-not-a-tensor",
+                     inputs=_call(_randn(6, 5), lambda: [1.0, 2.0]),
+                     pattern=r"expected .*\bin2_features\b.*received list"),
+                 Bad(id="bilinear-second-missing", inputs=_call(_randn(6, 5)),
+                     pattern=r"expected .*\bin2_features\b.*received None"),
+                 Bad(id="bilinear-batches-differ", inputs=_call(_randn(6, 5), _randn(7, 4)),
+                     pattern=rf"expected .*received .*{_shape_text(6, 5)}"
+                             rf".*{_shape_text(7, 4)}"),
+             )),
+    CallForm(id="bilinear-keywords", lazy=lambda: lazynn.LazyBilinear(3),
+             eager=lambda: nn.Bilinear(5, 4, 3),
+             inputs=_call(input1=_randn(6, 5), input2=_randn(6, 4)), sizes=_bilinear_sizes,
+             other=lambda: nn.Bilinear(4, 5, 3),
+             other_inputs=_call(input1=_randn(6, 4), input2=_randn(6, 5)),
+             beyond="inputs by keyword"),
+)
+_DECODER_CALLS = (
+    CallForm(id="decoder",
+             lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
+             eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
+             inputs=_call(_randn(3, 5, 4), _randn(3, 6, 4)), sizes=_decoder_sizes,
+             other=lambda: nn.TransformerDecoderLayer(6, 2, 8, 0.0, batch_first=True),
+             other_inputs=_call(_randn(3, 5, 6), _randn(3, 6, 6)),
+             bad=(
+                 Bad(id="decoder-memory-of-another-size",
+                     inputs=_call(_randn(3, 5, 4), _randn(3, 6, 6)),
+                     pattern=rf"expected .*received .*{_shape_text(3, 6, 6)}"),
+                 Bad(id="decoder-memory-missing", inputs=_call(_randn(3, 5, 4)),
+                     pattern=rf"expected .*received .*{_shape_text(3, 5, 4)}.*memory"),
+                 Bad(id="decoder-d_model-not-divisible",
+                     inputs=_call(_randn(3, 5, 5), _randn(3, 6, 5)),
+                     pattern=rf"expected .*received .*{_shape_text(3, 5, 5)}.*d_model=5"
+                             r".*divisible by num_heads",
+                     eager_refuses=False),
+             )),
+    CallForm(id="decoder-keywords-masks",
+             lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
+             eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
+             inputs=_call(tgt=_randn(3, 5, 4), memory=_randn(3, 6, 4), tgt_mask=_causal(5),
+                          memory_key_padding_mask=_padding(3, 6), tgt_is_causal=lambda: True),
+             sizes=_decoder_sizes,
+             other=lambda: nn.TransformerDecoderLayer(8, 2, 8, 0.0, batch_first=True),
+             other_inputs=_call(tgt=_randn(3, 5, 8), memory=_randn(3, 6, 8)),
+             beyond="inputs by keyword, masks and tgt_is_causal"),
+)
+_ADAPTIVE_CALLS = (
+    CallForm(id="adaptive",
+             lazy=lambda: lazynn.LazyAdaptiveLogSoftmaxWithLoss(10, [3, 6], div_value=2.0),
+             eager=lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 10, [3, 6], div_value=2.0),
+             inputs=_call(_randn(7, 8), _classes(10, 7)), sizes=lambda m: (m.in_features,),
+             other=lambda: nn.AdaptiveLogSoftmaxWithLoss(12, 10, [3, 6], div_value=2.0),
+             other_inputs=_call(_randn(7, 12), _classes(10, 7)),
+             bad=(
+                 Bad(id="adaptive-batches-differ",
+                     inputs=_call(_randn(7, 8), _classes(10, 6)),
+                     pattern=rf"expected .*received .*{_shape_text(7, 8)}.*{_shape_text(6)}"
+                             r".*batch dimension"),
+             )),
+)
+
+
 ROWS += [
     Row(lazy=lazynn.LazyRNN, eager=nn.RNN, inferred="input_size",
         options=_recurrent_options(True, False), shape=_sequence_shape, sizes=_any_size,
@@ -480,7 +650,7 @@ ROWS += [
         options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
                                        "bias": st.booleans()}),
         shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
-        out=_joined),
+        out=_joined, calls=_LSTM_CELL_CALLS),
     # simple: num_heads=1 and dropout=0.0, as the TransformerEncoderLayer row
     Row(lazy=lazynn.LazyMultiheadAttention, eager=nn.MultiheadAttention, inferred="embed_dim",
         options=st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
@@ -545,7 +715,7 @@ ROWS += [
         shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
         simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
         size_of=_transformer_size, step=lambda o: int(o["nhead"]),
-        args=lambda m, x: (x, x.cos()),
+        args=lambda m, x: (x, x.cos()), calls=_DECODER_CALLS,
         materialize=(
             Twin(id="decoder-layer",
                  lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, dim_feedforward=16),
@@ -556,6 +726,7 @@ ROWS += [
         simple={"out_features": 3}, wrong_ranks=(0,),
         args=lambda m, x: (x, _second_input(x)),
         eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1},
+        calls=_BILINEAR_CALLS,
         materialize=(
             Twin(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
                  eager=lambda: nn.Bilinear(8, 8, 3), inputs=lambda: (_X, _X)),
@@ -564,7 +735,7 @@ ROWS += [
         inferred="in_features", options=_adaptive_options(), shape=_rows_shape,
         sizes=_adaptive_sizes, simple={"n_classes": 8, "cutoffs": [4], "div_value": 2.0},
         wrong_ranks=(0, 3), args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined,
-        rehearsable=False),
+        rehearsable=False, calls=_ADAPTIVE_CALLS),
     Row(lazy=lazynn.LazyLinearCrossEntropyLoss, eager=nn.LinearCrossEntropyLoss,
         inferred="in_features",
         options=st.fixed_dictionaries({"num_classes": st.integers(2, 6),
