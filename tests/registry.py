@@ -7,7 +7,7 @@ inputs or a tuple output says how to call it (``args``: the other inputs derived
 row's input; ``out``: the output as one tensor); tests call every module, lazy or eager,
 through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``. A
 rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
-rank selects.
+rank selects (``input_rank``: the rank of its input).
 
 What a test checks of some layers only is a field of their rows too: other call forms with
 their bad inputs (``calls``), other constructions and inputs (``variants``) and models to
@@ -140,6 +140,11 @@ class Row:
     #: whether build() / summary() can run it on meta tensors (False: its forward's shapes
     #: depend on values, as AdaptiveLogSoftmaxWithLoss's torch.nonzero; they refuse clearly)
     rehearsable: bool = True
+    #: a rank-agnostic layer's row: the rank of its (batched) input, at which the lazy class
+    #: becomes ``eager`` (written out as torch names it, not read from the class); a rank no
+    #: row of the class has is refused with a message listing each row's "rank (eager)"
+    #: (tests/test_rank_agnostic.py). None for a layer of one class
+    input_rank: int | None = None
     #: other call forms of the layer, each against its eager twin, with other sizes, and its
     #: bad first inputs (tests/test_more_layers.py)
     calls: tuple[CallForm, ...] = ()
@@ -780,21 +785,27 @@ def _avg_pool_options(draw: st.DrawFn) -> Options:
 def _agnostic(*, lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
               options: st.SearchStrategy[Options], shape: Callable[..., tuple[int, ...]],
               sizes: Callable[[Options], st.SearchStrategy[int]], simple: Options,
-              suffix: str = "", **more: Any) -> Row:
-    """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims):
-    batched only; wrong ranks: 1 (no class takes it) and 6 (none takes it either)."""
+              suffix: str = "", input_rank: int | None = None, **more: Any) -> Row:
+    """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims; the
+    input's rank ``input_rank``, by default ``rank + 2``): batched only; wrong ranks: 1 (no
+    class takes it) and 6 (none takes it either)."""
     return Row(lazy=lazy, eager=eager, inferred=inferred, options=options, shape=shape,
                sizes=sizes, simple=simple, wrong_ranks=(1, 6),
-               name=f"{lazy.__name__}-{rank}d{suffix}", **more)
+               name=f"{lazy.__name__}-{rank}d{suffix}",
+               input_rank=rank + 2 if input_rank is None else input_rank, **more)
 
 
 _OUTPUT_SIZE = st.fixed_dictionaries({"output_size": st.integers(1, 3)})
+# the class each rank-agnostic layer becomes, per number of spatial dimensions
 for _rank, _eagers in enumerate(
-    zip(lazynn.Conv.by_rank.values(), lazynn.ConvTranspose.by_rank.values(),
-        list(lazynn.BatchNorm.by_rank.values())[1:], lazynn.InstanceNorm.by_rank.values(),
-        lazynn.MaxPool.by_rank.values(), lazynn.AvgPool.by_rank.values(),
-        lazynn.AdaptiveAvgPool.by_rank.values(), lazynn.AdaptiveMaxPool.by_rank.values(),
-        lazynn.ChannelDropout.by_rank.values(), strict=True),
+    [
+        (nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d, nn.InstanceNorm1d, nn.MaxPool1d,
+         nn.AvgPool1d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d, nn.Dropout1d),
+        (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.InstanceNorm2d, nn.MaxPool2d,
+         nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Dropout2d),
+        (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d, nn.InstanceNorm3d, nn.MaxPool3d,
+         nn.AvgPool3d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool3d, nn.Dropout3d),
+    ],
     start=1,
 ):
     _conv, _conv_t, _bn, _in, _max, _avg, _aavg, _amax, _drop = _eagers
@@ -837,7 +848,7 @@ ROWS.append(_agnostic(lazy=lazynn.BatchNorm, eager=nn.BatchNorm1d, rank=1,
                       inferred="num_features", options=_norm_options(True),
                       shape=_norm_shape(2, False), sizes=_any_size,
                       simple={"affine": True, "track_running_stats": True}, suffix="-NC",
-                      checkpoint_builds=False))
+                      input_rank=2, checkpoint_builds=False))
 
 #: rows whose layers accept an unbatched input
 UNBATCHED = {
