@@ -17,6 +17,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # distributed and compile tests take seconds each: -m "not slow" leaves them out too
+    for item in items:
+        if item.get_closest_marker("distributed") or item.get_closest_marker("compile"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(params=ROWS, ids=lambda r: r.id)
 def row(request: pytest.FixtureRequest) -> Row:
     return request.param  # type: ignore[no-any-return]

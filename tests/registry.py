@@ -7,12 +7,17 @@ inputs or a tuple output says how to call it (``args``: the other inputs derived
 row's input; ``out``: the output as one tensor); tests call every module, lazy or eager,
 through ``row.call(module, x)`` and make every eager twin with ``row.new_eager``. A
 rank-agnostic layer has a row per rank (``name``: "Conv-2d"), its eager class the one that
-rank selects.
+rank selects (``input_rank``: the rank of its input).
+
+What a test checks of some layers only is a field of their rows too: other call forms with
+their bad inputs (``calls``), other constructions and inputs (``variants``) and models to
+build on meta and materialize (``materialize``); a test runs over the rows that have them.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +25,13 @@ from typing import Any
 import hypothesis.strategies as st
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 import lazynn
 
 Options = dict[str, Any]
+#: a call's (positional, keyword) arguments
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 def _alone(module: nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
@@ -34,7 +42,63 @@ def _same(output: Any) -> torch.Tensor:
     return output  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Twin:
+    """A lazy module made or called otherwise than its row's layer, and its eager twin."""
+
+    #: the test id
+    id: str
+    #: () -> the lazy module
+    lazy: Callable[[], nn.Module]
+    #: () -> what the lazy module is after its first call on ``inputs``, made eagerly
+    eager: Callable[[], nn.Module]
+    #: () -> the positional inputs
+    inputs: Callable[[], tuple[Any, ...]]
+    #: whether the eager twin's checkpoint is also loaded into an unbuilt lazy module (the
+    #: variants whose checkpoints no row covers)
+    checkpoint: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bad:
+    """A bad first input of a call form: refused by lazynn, the layer left as it was."""
+
+    #: the test id
+    id: str
+    #: () -> the bad inputs
+    inputs: Callable[[], Inputs]
+    #: what the message says after the layer's name (a regular expression)
+    pattern: str
+    #: the eager twin refuses the input too (False: no eager twin can be made from it)
+    eager_refuses: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallForm:
+    """The row's layer called with inputs of its own (not derived from the row's one input)."""
+
+    #: the test id
+    id: str
+    #: () -> the lazy layer
+    lazy: Callable[[], nn.Module]
+    #: () -> the eager twin of ``lazy`` built on ``inputs``
+    eager: Callable[[], nn.Module]
+    #: () -> the good inputs
+    inputs: Callable[[], Inputs]
+    #: the inferred sizes, read from a built module
+    sizes: Callable[[nn.Module], tuple[int, ...]]
+    #: () -> an eager twin with other inferred sizes
+    other: Callable[[], nn.Module]
+    #: () -> inputs for ``other``
+    other_inputs: Callable[[], Inputs]
+    #: how the call form calls the layer unlike the registry's row; empty: as the row does
+    #: (the form only gives the good inputs and eager twin of its ``bad`` inputs)
+    beyond: str = ""
+    #: bad first inputs, each refused and leaving the layer as it was
+    bad: tuple[Bad, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Row:
     lazy: type[nn.Module]
     eager: type[nn.Module]
@@ -76,6 +140,22 @@ class Row:
     #: whether build() / summary() can run it on meta tensors (False: its forward's shapes
     #: depend on values, as AdaptiveLogSoftmaxWithLoss's torch.nonzero; they refuse clearly)
     rehearsable: bool = True
+    #: a rank-agnostic layer's row: the rank of its (batched) input, at which the lazy class
+    #: becomes ``eager`` (written out as torch names it, not read from the class); a rank no
+    #: row of the class has is refused with a message listing each row's "rank (eager)"
+    #: (tests/test_rank_agnostic.py). None for a layer of one class
+    input_rank: int | None = None
+    #: other call forms of the layer, each against its eager twin, with other sizes, and its
+    #: bad first inputs (tests/test_more_layers.py)
+    calls: tuple[CallForm, ...] = ()
+    #: other constructions and inputs of the layer (a packed sequence, a declared kdim, two
+    #: normalized dimensions...), each against its eager twin after the first call
+    #: (tests/test_sequence_layers.py)
+    variants: tuple[Twin, ...] = ()
+    #: lazy modules built on meta then materialized (or built at once) against eager
+    #: construction (tests/test_materialize.py): the layer, or a model whose first lazy layer
+    #: it is (nn.TransformerEncoder of its copies, a Sequential of it and another)
+    materialize: tuple[Twin, ...] = ()
 
     @property
     def id(self) -> str:
@@ -198,8 +278,9 @@ def _norm_shape(
 
 
 ROWS: list[Row] = [
-    Row(lazynn.LazyLinear, nn.Linear, "in_features", _linear_options(), _linear_shape,
-        _any_size, {"out_features": 3}),
+    Row(lazy=lazynn.LazyLinear, eager=nn.Linear, inferred="in_features",
+        options=_linear_options(), shape=_linear_shape, sizes=_any_size,
+        simple={"out_features": 3}),
 ]
 for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
     [
@@ -209,10 +290,12 @@ for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
     ],
     start=1,
 ):
-    ROWS.append(Row(_lazy, _eager, "in_channels", _conv_options(False), _conv_shape(_rank),
-                    _groups_sizes, {"out_channels": 4, "kernel_size": 3}))
-    ROWS.append(Row(_lazy_t, _eager_t, "in_channels", _conv_options(True), _conv_shape(_rank),
-                    _groups_sizes, {"out_channels": 4, "kernel_size": 3}))
+    ROWS.append(Row(lazy=_lazy, eager=_eager, inferred="in_channels",
+                    options=_conv_options(False), shape=_conv_shape(_rank),
+                    sizes=_groups_sizes, simple={"out_channels": 4, "kernel_size": 3}))
+    ROWS.append(Row(lazy=_lazy_t, eager=_eager_t, inferred="in_channels",
+                    options=_conv_options(True), shape=_conv_shape(_rank),
+                    sizes=_groups_sizes, simple={"out_channels": 4, "kernel_size": 3}))
 for _lazy, _eager, _brank, _unbatched, _affine in [
     (lazynn.LazyBatchNorm1d, nn.BatchNorm1d, 3, False, True),
     (lazynn.LazyBatchNorm2d, nn.BatchNorm2d, 4, False, True),
@@ -221,9 +304,9 @@ for _lazy, _eager, _brank, _unbatched, _affine in [
     (lazynn.LazyInstanceNorm2d, nn.InstanceNorm2d, 4, True, False),
     (lazynn.LazyInstanceNorm3d, nn.InstanceNorm3d, 5, True, False),
 ]:
-    ROWS.append(Row(_lazy, _eager, "num_features", _norm_options(_affine),
-                    _norm_shape(_brank, _unbatched), _any_size,
-                    {"affine": True, "track_running_stats": True}))
+    ROWS.append(Row(lazy=_lazy, eager=_eager, inferred="num_features",
+                    options=_norm_options(_affine), shape=_norm_shape(_brank, _unbatched),
+                    sizes=_any_size, simple={"affine": True, "track_running_stats": True}))
 
 
 def _channels_shape(rank: int) -> Callable[[Options, int, bool], tuple[int, ...]]:
@@ -250,52 +333,87 @@ def _transformer_size(m: nn.Module) -> Any:
     return m.linear1.in_features
 
 
+#: the input of the rows' ``materialize`` models (drawn from a generator of its own: making
+#: it leaves the global random stream alone)
+_X = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+
 ROWS += [
     # simple: num_groups=1, so that any size is valid for the tests that pick their own
     # sizes (test_copies builds with 2 and 5); the hypothesis options draw 1, 2 and 3.
-    Row(lazynn.LazyGroupNorm, nn.GroupNorm, "num_channels",
-        st.fixed_dictionaries({"num_groups": st.sampled_from([1, 2, 3]),
-                               "eps": st.sampled_from([1e-5, 1e-3]),
-                               "affine": st.booleans()}),
-        _channels_shape(3), lambda o: _multiples(o, o["num_groups"]),
-        {"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"])),
-    Row(lazynn.LazyPReLU, nn.PReLU, "num_parameters",
-        st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
-        _channels_shape(3), _any_size, {}, wrong_ranks=(1,)),
-    Row(lazynn.LazySyncBatchNorm, nn.SyncBatchNorm, "num_features", _norm_options(True),
-        _channels_shape(3), _any_size, {"affine": True, "track_running_stats": True},
-        wrong_ranks=(1,)),
-    Row(lazynn.LazyRNNCell, nn.RNNCell, "input_size",
-        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans(),
-                               "nonlinearity": st.sampled_from(["tanh", "relu"])}),
-        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
-    Row(lazynn.LazyGRUCell, nn.GRUCell, "input_size",
-        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
-        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3)),
-    Row(lazynn.LazyLayerNorm, nn.LayerNorm, "normalized_shape",
-        st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
-                               "elementwise_affine": st.booleans(), "bias": st.booleans()}),
-        _cell_shape, _any_size, {}, wrong_ranks=(0,),
-        size_of=lambda m: m.normalized_shape[0]),
-    Row(lazynn.LazyRMSNorm, nn.RMSNorm, "normalized_shape",
-        st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
-                               "elementwise_affine": st.booleans()}),
-        _cell_shape, _any_size, {}, wrong_ranks=(0,),
+    Row(lazy=lazynn.LazyGroupNorm, eager=nn.GroupNorm, inferred="num_channels",
+        options=st.fixed_dictionaries({"num_groups": st.sampled_from([1, 2, 3]),
+                                       "eps": st.sampled_from([1e-5, 1e-3]),
+                                       "affine": st.booleans()}),
+        shape=_channels_shape(3), sizes=lambda o: _multiples(o, o["num_groups"]),
+        simple={"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"]),
+        materialize=(
+            Twin(id="group-norm-prelu",
+                 lazy=lambda: nn.Sequential(lazynn.LazyGroupNorm(1), lazynn.LazyPReLU()),
+                 eager=lambda: nn.Sequential(nn.GroupNorm(1, 5), nn.PReLU(5)),
+                 inputs=lambda: (_X,)),
+        )),
+    Row(lazy=lazynn.LazyPReLU, eager=nn.PReLU, inferred="num_parameters",
+        options=st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
+        shape=_channels_shape(3), sizes=_any_size, simple={}, wrong_ranks=(1,)),
+    Row(lazy=lazynn.LazySyncBatchNorm, eager=nn.SyncBatchNorm, inferred="num_features",
+        options=_norm_options(True), shape=_channels_shape(3), sizes=_any_size,
+        simple={"affine": True, "track_running_stats": True}, wrong_ranks=(1,)),
+    Row(lazy=lazynn.LazyRNNCell, eager=nn.RNNCell, inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
+                                       "bias": st.booleans(),
+                                       "nonlinearity": st.sampled_from(["tanh", "relu"])}),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3)),
+    Row(lazy=lazynn.LazyGRUCell, eager=nn.GRUCell, inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
+                                       "bias": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
+        materialize=(
+            Twin(id="gru-cell", lazy=lambda: lazynn.LazyGRUCell(4),
+                 eager=lambda: nn.GRUCell(8, 4), inputs=lambda: (_X[0],)),
+        )),
+    Row(lazy=lazynn.LazyLayerNorm, eager=nn.LayerNorm, inferred="normalized_shape",
+        options=st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
+                                       "elementwise_affine": st.booleans(),
+                                       "bias": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
+        size_of=lambda m: m.normalized_shape[0],
+        variants=(
+            Twin(id="layer-norm-2-dims", lazy=lambda: lazynn.LazyLayerNorm(dims=2),
+                 eager=lambda: nn.LayerNorm((3, 5)), inputs=lambda: (torch.randn(4, 3, 5),),
+                 checkpoint=True),
+        )),
+    Row(lazy=lazynn.LazyRMSNorm, eager=nn.RMSNorm, inferred="normalized_shape",
+        options=st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
+                                       "elementwise_affine": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
         size_of=lambda m: m.normalized_shape[0]),
     # simple: nhead=1 (any d_model is valid) and dropout=0.0, so that outputs do not depend
     # on the RNG state at call time (the generic tests compare outputs of separately called
     # twins); the hypothesis options draw dropout 0.1 too, where both draw the same numbers.
-    Row(lazynn.LazyTransformerEncoderLayer, nn.TransformerEncoderLayer, "d_model",
-        st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
-                               "dim_feedforward": st.integers(2, 8),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "activation": st.sampled_from(["relu", "gelu"]),
-                               "batch_first": st.booleans(), "norm_first": st.booleans()}),
-        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
-        {"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
-        size_of=_transformer_size, step=lambda o: int(o["nhead"])),
+    Row(lazy=lazynn.LazyTransformerEncoderLayer, eager=nn.TransformerEncoderLayer,
+        inferred="d_model",
+        options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
+                                       "dim_feedforward": st.integers(2, 8),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "activation": st.sampled_from(["relu", "gelu"]),
+                                       "batch_first": st.booleans(),
+                                       "norm_first": st.booleans()}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
+        size_of=_transformer_size, step=lambda o: int(o["nhead"]),
+        materialize=(
+            Twin(id="encoder-layer",
+                 lazy=lambda: lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16),
+                 eager=lambda: nn.TransformerEncoderLayer(8, 2, 16), inputs=lambda: (_X,)),
+            Twin(id="encoder-of-copies",
+                 lazy=lambda: nn.TransformerEncoder(
+                     lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16), 3,
+                     enable_nested_tensor=False),
+                 eager=lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 3,
+                                                     enable_nested_tensor=False),
+                 inputs=lambda: (_X,)),
+        )),
 ]
-
 
 
 # --- layers with several inputs or a tuple output ---------------------------------------------
@@ -388,66 +506,249 @@ def _rows_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
     return (6, c) if batched or o.get("out_features") else (c,)
 
 
+# --- the rows' other call forms (tests/test_more_layers.py) ------------------------------------
+
+
+def _call(*a: Any, **k: Any) -> Callable[[], Inputs]:
+    """Inputs made from factories, each called when the inputs are needed."""
+
+    def make() -> Inputs:
+        return tuple(f() for f in a), {key: f() for key, f in k.items()}
+
+    return make
+
+
+def _randn(*shape: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randn(shape)
+
+
+def _classes(n_classes: int, *shape: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randint(0, n_classes, shape)
+
+
+def _causal(n: int) -> Callable[[], torch.Tensor]:
+    return lambda: nn.Transformer.generate_square_subsequent_mask(n)
+
+
+def _padding(batch: int, length: int) -> Callable[[], torch.Tensor]:
+    mask = torch.zeros(batch, length, dtype=torch.bool)
+    mask[:, -1] = True
+    return lambda: mask.clone()
+
+
+def _shape_text(*shape: int) -> str:
+    return re.escape(str(tuple(shape)))
+
+
+def _decoder_sizes(m: nn.Module) -> tuple[int, ...]:
+    # nn.TransformerDecoderLayer keeps no d_model attribute: read it where it lands
+    return (m.linear1.in_features, m.self_attn.embed_dim, m.multihead_attn.embed_dim)
+
+
+_LSTM_CELL_CALLS = (
+    CallForm(id="lstm-cell-state-no-bias", lazy=lambda: lazynn.LazyLSTMCell(3, bias=False),
+             eager=lambda: nn.LSTMCell(5, 3, bias=False),
+             inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 3), torch.randn(4, 3))), {}),
+             sizes=lambda m: (m.input_size,), other=lambda: nn.LSTMCell(2, 3, bias=False),
+             other_inputs=_call(_randn(4, 2)), beyond="an explicit (h, c) state",
+             bad=(
+                 Bad(id="lstm-cell-state-of-another-size",
+                     inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 2), torch.randn(4, 2))),
+                                     {}),
+                     pattern=rf"expected .*received .*{_shape_text(4, 2)}.*hidden_size"),
+             )),
+)
+
+
+def _bilinear_sizes(m: nn.Module) -> tuple[int, ...]:
+    return (m.in1_features, m.in2_features)
+
+
+_BILINEAR_CALLS = (
+    CallForm(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
+             eager=lambda: nn.Bilinear(5, 4, 3), inputs=_call(_randn(6, 5), _randn(6, 4)),
+             sizes=_bilinear_sizes, other=lambda: nn.Bilinear(2, 7, 3),
+             other_inputs=_call(_randn(6, 2), _randn(6, 7)),
+             bad=(
+                 Bad(id="bilinear-second-not-a-tensor",
+                     inputs=_call(_randn(6, 5), lambda: [1.0, 2.0]),
+                     pattern=r"expected .*\bin2_features\b.*received list"),
+                 Bad(id="bilinear-second-missing", inputs=_call(_randn(6, 5)),
+                     pattern=r"expected .*\bin2_features\b.*received None"),
+                 Bad(id="bilinear-batches-differ", inputs=_call(_randn(6, 5), _randn(7, 4)),
+                     pattern=rf"expected .*received .*{_shape_text(6, 5)}"
+                             rf".*{_shape_text(7, 4)}"),
+             )),
+    CallForm(id="bilinear-keywords", lazy=lambda: lazynn.LazyBilinear(3),
+             eager=lambda: nn.Bilinear(5, 4, 3),
+             inputs=_call(input1=_randn(6, 5), input2=_randn(6, 4)), sizes=_bilinear_sizes,
+             other=lambda: nn.Bilinear(4, 5, 3),
+             other_inputs=_call(input1=_randn(6, 4), input2=_randn(6, 5)),
+             beyond="inputs by keyword"),
+)
+_DECODER_CALLS = (
+    CallForm(id="decoder",
+             lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
+             eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
+             inputs=_call(_randn(3, 5, 4), _randn(3, 6, 4)), sizes=_decoder_sizes,
+             other=lambda: nn.TransformerDecoderLayer(6, 2, 8, 0.0, batch_first=True),
+             other_inputs=_call(_randn(3, 5, 6), _randn(3, 6, 6)),
+             bad=(
+                 Bad(id="decoder-memory-of-another-size",
+                     inputs=_call(_randn(3, 5, 4), _randn(3, 6, 6)),
+                     pattern=rf"expected .*received .*{_shape_text(3, 6, 6)}"),
+                 Bad(id="decoder-memory-missing", inputs=_call(_randn(3, 5, 4)),
+                     pattern=rf"expected .*received .*{_shape_text(3, 5, 4)}.*memory"),
+                 Bad(id="decoder-d_model-not-divisible",
+                     inputs=_call(_randn(3, 5, 5), _randn(3, 6, 5)),
+                     pattern=rf"expected .*received .*{_shape_text(3, 5, 5)}.*d_model=5"
+                             r".*divisible by num_heads",
+                     eager_refuses=False),
+             )),
+    CallForm(id="decoder-keywords-masks",
+             lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
+             eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
+             inputs=_call(tgt=_randn(3, 5, 4), memory=_randn(3, 6, 4), tgt_mask=_causal(5),
+                          memory_key_padding_mask=_padding(3, 6), tgt_is_causal=lambda: True),
+             sizes=_decoder_sizes,
+             other=lambda: nn.TransformerDecoderLayer(8, 2, 8, 0.0, batch_first=True),
+             other_inputs=_call(tgt=_randn(3, 5, 8), memory=_randn(3, 6, 8)),
+             beyond="inputs by keyword, masks and tgt_is_causal"),
+)
+_ADAPTIVE_CALLS = (
+    CallForm(id="adaptive",
+             lazy=lambda: lazynn.LazyAdaptiveLogSoftmaxWithLoss(10, [3, 6], div_value=2.0),
+             eager=lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 10, [3, 6], div_value=2.0),
+             inputs=_call(_randn(7, 8), _classes(10, 7)), sizes=lambda m: (m.in_features,),
+             other=lambda: nn.AdaptiveLogSoftmaxWithLoss(12, 10, [3, 6], div_value=2.0),
+             other_inputs=_call(_randn(7, 12), _classes(10, 7)),
+             bad=(
+                 Bad(id="adaptive-batches-differ",
+                     inputs=_call(_randn(7, 8), _classes(10, 6)),
+                     pattern=rf"expected .*received .*{_shape_text(7, 8)}.*{_shape_text(6)}"
+                             r".*batch dimension"),
+             )),
+)
+
+
 ROWS += [
-    Row(lazynn.LazyRNN, nn.RNN, "input_size", _recurrent_options(True, False),
-        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazynn.LazyLSTM, nn.LSTM, "input_size", _recurrent_options(False, True),
-        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazynn.LazyGRU, nn.GRU, "input_size", _recurrent_options(False, False),
-        _sequence_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazynn.LazyLSTMCell, nn.LSTMCell, "input_size",
-        st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
-        _cell_shape, _any_size, {"hidden_size": 3}, wrong_ranks=(0, 3), out=_joined),
+    Row(lazy=lazynn.LazyRNN, eager=nn.RNN, inferred="input_size",
+        options=_recurrent_options(True, False), shape=_sequence_shape, sizes=_any_size,
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazy=lazynn.LazyLSTM, eager=nn.LSTM, inferred="input_size",
+        options=_recurrent_options(False, True), shape=_sequence_shape, sizes=_any_size,
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined,
+        variants=(
+            Twin(id="lstm-packed", lazy=lambda: lazynn.LazyLSTM(4), eager=lambda: nn.LSTM(5, 4),
+                 inputs=lambda: (pack_padded_sequence(torch.randn(6, 3, 5),
+                                                      torch.tensor([6, 4, 2])),)),
+        ),
+        materialize=(
+            Twin(id="lstm", lazy=lambda: lazynn.LazyLSTM(4, num_layers=2, bidirectional=True),
+                 eager=lambda: nn.LSTM(8, 4, num_layers=2, bidirectional=True),
+                 inputs=lambda: (_X,)),
+        )),
+    Row(lazy=lazynn.LazyGRU, eager=nn.GRU, inferred="input_size",
+        options=_recurrent_options(False, False), shape=_sequence_shape, sizes=_any_size,
+        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
+    Row(lazy=lazynn.LazyLSTMCell, eager=nn.LSTMCell, inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
+                                       "bias": st.booleans()}),
+        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
+        out=_joined, calls=_LSTM_CELL_CALLS),
     # simple: num_heads=1 and dropout=0.0, as the TransformerEncoderLayer row
-    Row(lazynn.LazyMultiheadAttention, nn.MultiheadAttention, "embed_dim",
-        st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "bias": st.booleans(), "add_bias_kv": st.booleans(),
-                               "add_zero_attn": st.booleans(),
-                               "batch_first": st.booleans()}),
-        _sequence_shape, lambda o: _multiples(o, o["num_heads"]), {"num_heads": 1},
-        wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]), args=_attention_args,
-        out=_joined),
+    Row(lazy=lazynn.LazyMultiheadAttention, eager=nn.MultiheadAttention, inferred="embed_dim",
+        options=st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "bias": st.booleans(), "add_bias_kv": st.booleans(),
+                                       "add_zero_attn": st.booleans(),
+                                       "batch_first": st.booleans()}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["num_heads"]),
+        simple={"num_heads": 1}, wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]),
+        args=_attention_args, out=_joined,
+        variants=(
+            Twin(id="mha-declared-kdim",
+                 lazy=lambda: lazynn.LazyMultiheadAttention(2, kdim=6, vdim=7),
+                 eager=lambda: nn.MultiheadAttention(8, 2, kdim=6, vdim=7),
+                 inputs=lambda: (torch.randn(5, 3, 8), torch.randn(4, 3, 6),
+                                 torch.randn(4, 3, 7)),
+                 checkpoint=True),
+        ),
+        materialize=(
+            Twin(id="mha", lazy=lambda: lazynn.LazyMultiheadAttention(2),
+                 eager=lambda: nn.MultiheadAttention(8, 2), inputs=lambda: (_X, _X, _X)),
+        )),
     # nn.Transformer warns (its encoder's nested-tensor fast path is off) unless batch_first,
     # not norm_first and an even nhead: the options stay within those
-    Row(lazynn.LazyTransformer, nn.Transformer, "d_model",
-        st.fixed_dictionaries({"nhead": st.sampled_from([2, 4]),
-                               "num_encoder_layers": st.integers(1, 2),
-                               "num_decoder_layers": st.integers(1, 2),
-                               "dim_feedforward": st.integers(2, 8),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "activation": st.sampled_from(["relu", "gelu"]),
-                               "batch_first": st.just(True)}),
-        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
-        {"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 8,
-         "dropout": 0.0, "batch_first": True},
+    Row(lazy=lazynn.LazyTransformer, eager=nn.Transformer, inferred="d_model",
+        options=st.fixed_dictionaries({"nhead": st.sampled_from([2, 4]),
+                                       "num_encoder_layers": st.integers(1, 2),
+                                       "num_decoder_layers": st.integers(1, 2),
+                                       "dim_feedforward": st.integers(2, 8),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "activation": st.sampled_from(["relu", "gelu"]),
+                                       "batch_first": st.just(True)}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                "dim_feedforward": 8, "dropout": 0.0, "batch_first": True},
         wrong_ranks=(1, 4), step=lambda o: int(o["nhead"]),
-        args=lambda m, x: (x, x.tanh())),
-    Row(lazynn.LazyTransformerDecoderLayer, nn.TransformerDecoderLayer, "d_model",
-        st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
-                               "dim_feedforward": st.integers(2, 8),
-                               "dropout": st.sampled_from([0.0, 0.1]),
-                               "activation": st.sampled_from(["relu", "gelu"]),
-                               "batch_first": st.booleans(), "norm_first": st.booleans(),
-                               "bias": st.booleans()}),
-        _sequence_shape, lambda o: _multiples(o, o["nhead"]),
-        {"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
+        args=lambda m, x: (x, x.tanh()),
+        variants=(
+            # a target sequence of another length than the source
+            Twin(id="transformer",
+                 lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=1,
+                                                     num_decoder_layers=1, dim_feedforward=16,
+                                                     dropout=0.0, batch_first=True),
+                 eager=lambda: nn.Transformer(8, 2, 1, 1, 16, 0.0, batch_first=True),
+                 inputs=lambda: (torch.randn(2, 3, 8), torch.randn(2, 4, 8))),
+        ),
+        materialize=(
+            Twin(id="transformer",
+                 lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=2,
+                                                     num_decoder_layers=1, dim_feedforward=16),
+                 eager=lambda: nn.Transformer(8, 2, 2, 1, 16), inputs=lambda: (_X, _X)),
+        )),
+    Row(lazy=lazynn.LazyTransformerDecoderLayer, eager=nn.TransformerDecoderLayer,
+        inferred="d_model",
+        options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
+                                       "dim_feedforward": st.integers(2, 8),
+                                       "dropout": st.sampled_from([0.0, 0.1]),
+                                       "activation": st.sampled_from(["relu", "gelu"]),
+                                       "batch_first": st.booleans(),
+                                       "norm_first": st.booleans(),
+                                       "bias": st.booleans()}),
+        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
         size_of=_transformer_size, step=lambda o: int(o["nhead"]),
-        args=lambda m, x: (x, x.cos())),
-    Row(lazynn.LazyBilinear, nn.Bilinear, "in1_features", _linear_options(), _linear_shape,
-        _any_size, {"out_features": 3}, wrong_ranks=(0,),
+        args=lambda m, x: (x, x.cos()), calls=_DECODER_CALLS,
+        materialize=(
+            Twin(id="decoder-layer",
+                 lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, dim_feedforward=16),
+                 eager=lambda: nn.TransformerDecoderLayer(8, 2, 16), inputs=lambda: (_X, _X)),
+        )),
+    Row(lazy=lazynn.LazyBilinear, eager=nn.Bilinear, inferred="in1_features",
+        options=_linear_options(), shape=_linear_shape, sizes=_any_size,
+        simple={"out_features": 3}, wrong_ranks=(0,),
         args=lambda m, x: (x, _second_input(x)),
-        eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1}),
-    Row(lazynn.LazyAdaptiveLogSoftmaxWithLoss, nn.AdaptiveLogSoftmaxWithLoss, "in_features",
-        _adaptive_options(), _rows_shape, _adaptive_sizes,
-        {"n_classes": 8, "cutoffs": [4], "div_value": 2.0}, wrong_ranks=(0, 3),
-        args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined, rehearsable=False),
-    Row(lazynn.LazyLinearCrossEntropyLoss, nn.LinearCrossEntropyLoss, "in_features",
-        st.fixed_dictionaries({"num_classes": st.integers(2, 6), "bias": st.booleans(),
-                               "out_features": st.sampled_from([(), (2,)]),
-                               "reduction": st.sampled_from(["mean", "sum", "none"]),
-                               "label_smoothing": st.sampled_from([0.0, 0.1])}),
-        _rows_shape, _any_size, {"num_classes": 5}, wrong_ranks=(0, 3),
+        eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1},
+        calls=_BILINEAR_CALLS,
+        materialize=(
+            Twin(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
+                 eager=lambda: nn.Bilinear(8, 8, 3), inputs=lambda: (_X, _X)),
+        )),
+    Row(lazy=lazynn.LazyAdaptiveLogSoftmaxWithLoss, eager=nn.AdaptiveLogSoftmaxWithLoss,
+        inferred="in_features", options=_adaptive_options(), shape=_rows_shape,
+        sizes=_adaptive_sizes, simple={"n_classes": 8, "cutoffs": [4], "div_value": 2.0},
+        wrong_ranks=(0, 3), args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined,
+        rehearsable=False, calls=_ADAPTIVE_CALLS),
+    Row(lazy=lazynn.LazyLinearCrossEntropyLoss, eager=nn.LinearCrossEntropyLoss,
+        inferred="in_features",
+        options=st.fixed_dictionaries({"num_classes": st.integers(2, 6),
+                                       "bias": st.booleans(),
+                                       "out_features": st.sampled_from([(), (2,)]),
+                                       "reduction": st.sampled_from(["mean", "sum", "none"]),
+                                       "label_smoothing": st.sampled_from([0.0, 0.1])}),
+        shape=_rows_shape, sizes=_any_size, simple={"num_classes": 5}, wrong_ranks=(0, 3),
         size_of=lambda m: m.linear.in_features,
         args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features))),
 ]
@@ -481,58 +782,73 @@ def _avg_pool_options(draw: st.DrawFn) -> Options:
     }
 
 
-def _agnostic(lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
+def _agnostic(*, lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
               options: st.SearchStrategy[Options], shape: Callable[..., tuple[int, ...]],
               sizes: Callable[[Options], st.SearchStrategy[int]], simple: Options,
-              suffix: str = "", **more: Any) -> Row:
-    """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims):
-    batched only; wrong ranks: 1 (no class takes it) and 6 (none takes it either)."""
-    return Row(lazy, eager, inferred, options, shape, sizes, simple, wrong_ranks=(1, 6),
-               name=f"{lazy.__name__}-{rank}d{suffix}", **more)
+              suffix: str = "", input_rank: int | None = None, **more: Any) -> Row:
+    """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims; the
+    input's rank ``input_rank``, by default ``rank + 2``): batched only; wrong ranks: 1 (no
+    class takes it) and 6 (none takes it either)."""
+    return Row(lazy=lazy, eager=eager, inferred=inferred, options=options, shape=shape,
+               sizes=sizes, simple=simple, wrong_ranks=(1, 6),
+               name=f"{lazy.__name__}-{rank}d{suffix}",
+               input_rank=rank + 2 if input_rank is None else input_rank, **more)
 
 
 _OUTPUT_SIZE = st.fixed_dictionaries({"output_size": st.integers(1, 3)})
+# the class each rank-agnostic layer becomes, per number of spatial dimensions
 for _rank, _eagers in enumerate(
-    zip(lazynn.Conv.by_rank.values(), lazynn.ConvTranspose.by_rank.values(),
-        list(lazynn.BatchNorm.by_rank.values())[1:], lazynn.InstanceNorm.by_rank.values(),
-        lazynn.MaxPool.by_rank.values(), lazynn.AvgPool.by_rank.values(),
-        lazynn.AdaptiveAvgPool.by_rank.values(), lazynn.AdaptiveMaxPool.by_rank.values(),
-        lazynn.ChannelDropout.by_rank.values(), strict=True),
+    [
+        (nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d, nn.InstanceNorm1d, nn.MaxPool1d,
+         nn.AvgPool1d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d, nn.Dropout1d),
+        (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.InstanceNorm2d, nn.MaxPool2d,
+         nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Dropout2d),
+        (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d, nn.InstanceNorm3d, nn.MaxPool3d,
+         nn.AvgPool3d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool3d, nn.Dropout3d),
+    ],
     start=1,
 ):
     _conv, _conv_t, _bn, _in, _max, _avg, _aavg, _amax, _drop = _eagers
     _norm = {"affine": True, "track_running_stats": True}
     _pool_shape = _conv_shape(_rank)
     ROWS += [
-        _agnostic(lazynn.Conv, _conv, _rank, "in_channels", _conv_options(False),
-                  _conv_shape(_rank), _groups_sizes, {"out_channels": 4, "kernel_size": 3}),
-        _agnostic(lazynn.ConvTranspose, _conv_t, _rank, "in_channels", _conv_options(True),
-                  _conv_shape(_rank), _groups_sizes, {"out_channels": 4, "kernel_size": 3}),
-        _agnostic(lazynn.BatchNorm, _bn, _rank, "num_features", _norm_options(True),
-                  _norm_shape(_rank + 2, False), _any_size, _norm, checkpoint_builds=False),
-        _agnostic(lazynn.InstanceNorm, _in, _rank, "num_features", _norm_options(False),
-                  _norm_shape(_rank + 2, False), _any_size, _norm, checkpoint_builds=False),
-        _agnostic(lazynn.MaxPool, _max, _rank, "", _max_pool_options(), _pool_shape,
-                  _any_size, {"kernel_size": 2}, out=_joined),
-        _agnostic(lazynn.AvgPool, _avg, _rank, "", _avg_pool_options(), _pool_shape,
-                  _any_size, {"kernel_size": 2}),
-        _agnostic(lazynn.AdaptiveAvgPool, _aavg, _rank, "", _OUTPUT_SIZE, _pool_shape,
-                  _any_size, {"output_size": 2}),
-        _agnostic(lazynn.AdaptiveMaxPool, _amax, _rank, "",
-                  st.fixed_dictionaries({"output_size": st.integers(1, 3),
-                                         "return_indices": st.booleans()}),
-                  _pool_shape, _any_size, {"output_size": 2}, out=_joined),
+        _agnostic(lazy=lazynn.Conv, eager=_conv, rank=_rank, inferred="in_channels",
+                  options=_conv_options(False), shape=_conv_shape(_rank), sizes=_groups_sizes,
+                  simple={"out_channels": 4, "kernel_size": 3}),
+        _agnostic(lazy=lazynn.ConvTranspose, eager=_conv_t, rank=_rank, inferred="in_channels",
+                  options=_conv_options(True), shape=_conv_shape(_rank), sizes=_groups_sizes,
+                  simple={"out_channels": 4, "kernel_size": 3}),
+        _agnostic(lazy=lazynn.BatchNorm, eager=_bn, rank=_rank, inferred="num_features",
+                  options=_norm_options(True), shape=_norm_shape(_rank + 2, False),
+                  sizes=_any_size, simple=_norm, checkpoint_builds=False),
+        _agnostic(lazy=lazynn.InstanceNorm, eager=_in, rank=_rank, inferred="num_features",
+                  options=_norm_options(False), shape=_norm_shape(_rank + 2, False),
+                  sizes=_any_size, simple=_norm, checkpoint_builds=False),
+        _agnostic(lazy=lazynn.MaxPool, eager=_max, rank=_rank, inferred="",
+                  options=_max_pool_options(), shape=_pool_shape, sizes=_any_size,
+                  simple={"kernel_size": 2}, out=_joined),
+        _agnostic(lazy=lazynn.AvgPool, eager=_avg, rank=_rank, inferred="",
+                  options=_avg_pool_options(), shape=_pool_shape, sizes=_any_size,
+                  simple={"kernel_size": 2}),
+        _agnostic(lazy=lazynn.AdaptiveAvgPool, eager=_aavg, rank=_rank, inferred="",
+                  options=_OUTPUT_SIZE, shape=_pool_shape, sizes=_any_size,
+                  simple={"output_size": 2}),
+        _agnostic(lazy=lazynn.AdaptiveMaxPool, eager=_amax, rank=_rank, inferred="",
+                  options=st.fixed_dictionaries({"output_size": st.integers(1, 3),
+                                                 "return_indices": st.booleans()}),
+                  shape=_pool_shape, sizes=_any_size, simple={"output_size": 2}, out=_joined),
         # simple: p=0.0, so that separately called twins agree (the hypothesis options draw
         # p=0.5 too, where both draw the same mask)
-        _agnostic(lazynn.ChannelDropout, _drop, _rank, "",
-                  st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
-                  _pool_shape, _any_size, {"p": 0.0}),
+        _agnostic(lazy=lazynn.ChannelDropout, eager=_drop, rank=_rank, inferred="",
+                  options=st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
+                  shape=_pool_shape, sizes=_any_size, simple={"p": 0.0}),
     ]
 # BatchNorm1d takes (N, C) too
-ROWS.append(_agnostic(lazynn.BatchNorm, nn.BatchNorm1d, 1, "num_features", _norm_options(True),
-                      _norm_shape(2, False), _any_size,
-                      {"affine": True, "track_running_stats": True}, suffix="-NC",
-                      checkpoint_builds=False))
+ROWS.append(_agnostic(lazy=lazynn.BatchNorm, eager=nn.BatchNorm1d, rank=1,
+                      inferred="num_features", options=_norm_options(True),
+                      shape=_norm_shape(2, False), sizes=_any_size,
+                      simple={"affine": True, "track_running_stats": True}, suffix="-NC",
+                      input_rank=2, checkpoint_builds=False))
 
 #: rows whose layers accept an unbatched input
 UNBATCHED = {

@@ -228,6 +228,7 @@ def runs(nets: Path) -> dict[str, tuple[int, str, str]]:
     return results
 
 
+@pytest.mark.slow
 def test_command_digits(runs: dict[str, tuple[int, str, str]]) -> None:
     code, out, err = runs["digits"]
     assert code == 0, err
@@ -237,6 +238,7 @@ def test_command_digits(runs: dict[str, tuple[int, str, str]]) -> None:
     assert total_line(digits_total()) in out.splitlines()
 
 
+@pytest.mark.slow
 def test_command_several_inputs_and_long(
     runs: dict[str, tuple[int, str, str]], nets: Path
 ) -> None:
@@ -249,6 +251,7 @@ def test_command_several_inputs_and_long(
 @pytest.mark.parametrize(
     "case", ["missing file", "missing factory", "bad shape", "bad --dtype", "failing model"]
 )
+@pytest.mark.slow
 def test_command_errors(case: str, runs: dict[str, tuple[int, str, str]]) -> None:
     code, out, err = runs[case]
     assert_one_line_error(code, out, err, *ERRORS[case][1])

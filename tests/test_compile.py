@@ -30,6 +30,8 @@ import lazynn
 from lazynn._mixin import is_unbuilt
 from lazynn._tensors import is_placeholder
 
+pytestmark = pytest.mark.compile
+
 #: the input every test uses: (N, C, H, W) = (2, 3, 8, 8), so Linear sees 4 * 6 * 6 features
 SHAPE = (2, 3, 8, 8)
 #: the lazy classes of Net(lazy=True), in module order, and what each becomes

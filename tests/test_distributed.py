@@ -30,6 +30,8 @@ from torch.utils._pytree import tree_leaves
 import lazynn
 from distributed_util import Report, pack, run_sections, section, unpack
 
+pytestmark = pytest.mark.distributed
+
 WORLD = 2
 STEPS = 3
 LR = 0.1

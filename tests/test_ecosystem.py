@@ -89,6 +89,7 @@ def dynamo_reset() -> Iterator[None]:
     torch._dynamo.reset()
 
 
+@pytest.mark.compile
 @pytest.mark.usefixtures("dynamo_reset")
 def test_compile_fullgraph_builds_nested_lazy_layers() -> None:
     x = torch.randn(2, 3, 8, 8)
@@ -116,6 +117,7 @@ def test_compile_fullgraph_builds_nested_lazy_layers() -> None:
     torch.testing.assert_close(compiled(x), eager(x))
 
 
+@pytest.mark.compile
 @pytest.mark.usefixtures("dynamo_reset")
 def test_compile_fullgraph_of_a_bare_lazy_layer() -> None:
     # torch's own nn.LazyLinear compiles with fullgraph=True as the root module.

@@ -33,6 +33,7 @@ def test_digits_example_learns(capsys: pytest.CaptureFixture[str]) -> None:
     assert "every layer is plain torch.nn: True" in out
 
 
+@pytest.mark.distributed
 def test_fsdp_example_shards_and_equals_eager() -> None:
     """docs/when-to-build.md's FSDP2 recipe, run as the docs say: 2 processes, gloo."""
     run = subprocess.run(

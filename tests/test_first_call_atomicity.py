@@ -354,6 +354,7 @@ _FUNC_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a child process per transform, every row
 @pytest.mark.parametrize("transform", ["grad", "vmap"])
 def test_func_transform_as_first_call_is_refused(transform: str) -> None:
     result = subprocess.run(
@@ -569,6 +570,7 @@ def _net(lazy: bool) -> nn.Module:
     )
 
 
+@pytest.mark.compile
 @pytest.mark.usefixtures("dynamo_reset")
 def test_compile_dynamic_builds_an_unbuilt_nested_model() -> None:
     x = torch.randn(2, 3, 8, 8)
@@ -600,6 +602,7 @@ def _chain(error: BaseException) -> list[BaseException]:
     return out
 
 
+@pytest.mark.compile
 @pytest.mark.usefixtures("dynamo_reset")
 def test_error_under_compile_names_the_path_without_orig_mod() -> None:
     model = nn.Sequential(nn.Sequential(nn.Linear(5, 5), lazynn.LazyConv2d(4, 3)))
@@ -620,6 +623,7 @@ def test_error_under_compile_names_the_path_without_orig_mod() -> None:
     "(_infer_parameters on fake inputs) and then traces; a failure only the real forward "
     "sees is not rolled back. Build first with lazynn.build(model, example).",
 )
+@pytest.mark.compile
 @pytest.mark.usefixtures("dynamo_reset")
 def test_forward_failure_under_compile_is_rolled_back() -> None:
     """Beyond the listed cases: item 1's guarantee for a compiled first call."""

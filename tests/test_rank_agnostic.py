@@ -2,50 +2,43 @@
 
 tests/registry.py has a row per (rank-agnostic class, rank): every registry-driven guarantee
 (equivalence with the class of the rank, moves, copies, checkpoints, bad inputs...) runs over
-each. Here, what the rows do not cover: the message of a rank no class takes (listing the
-classes), copies of one unbuilt layer building at different ranks, and build / summary of a
-model choosing the same classes.
+each, the class of the rank written out in the row (``eager`` at ``input_rank``). Here, what
+the rows do not cover: the message of a rank no class takes (listing the classes of the
+class's rows), copies of one unbuilt layer building at different ranks, and build / summary
+of a model choosing the same classes.
 """
 
 from __future__ import annotations
 
 import copy
 import pickle
-from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 import lazynn
+from registry import ROWS, Row
 
-# (agnostic class, constructor args, {batched rank: eager class}, eager inferred argument)
-CASES: list[tuple[type[nn.Module], tuple[Any, ...], dict[int, type[nn.Module]], str | None]] = [
-    (lazynn.Conv, (4, 3), {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}, "in_channels"),
-    (lazynn.ConvTranspose, (4, 3),
-     {3: nn.ConvTranspose1d, 4: nn.ConvTranspose2d, 5: nn.ConvTranspose3d}, "in_channels"),
-    (lazynn.BatchNorm, (), {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d,
-                            5: nn.BatchNorm3d}, "num_features"),
-    (lazynn.InstanceNorm, (), {3: nn.InstanceNorm1d, 4: nn.InstanceNorm2d,
-                               5: nn.InstanceNorm3d}, "num_features"),
-    (lazynn.MaxPool, (2,), {3: nn.MaxPool1d, 4: nn.MaxPool2d, 5: nn.MaxPool3d}, None),
-    (lazynn.AvgPool, (2,), {3: nn.AvgPool1d, 4: nn.AvgPool2d, 5: nn.AvgPool3d}, None),
-    (lazynn.AdaptiveAvgPool, (1,),
-     {3: nn.AdaptiveAvgPool1d, 4: nn.AdaptiveAvgPool2d, 5: nn.AdaptiveAvgPool3d}, None),
-    (lazynn.AdaptiveMaxPool, (2,),
-     {3: nn.AdaptiveMaxPool1d, 4: nn.AdaptiveMaxPool2d, 5: nn.AdaptiveMaxPool3d}, None),
-    (lazynn.ChannelDropout, (0.5,), {3: nn.Dropout1d, 4: nn.Dropout2d, 5: nn.Dropout3d}, None),
-]
-IDS = [c[0].__name__ for c in CASES]
+#: every rank-agnostic class's rows, a row per input rank it takes
+BY_CLASS: dict[type[nn.Module], list[Row]] = {}
+for _row in ROWS:
+    if _row.agnostic:
+        BY_CLASS.setdefault(_row.lazy, []).append(_row)
 
 
 def _input(rank: int, channels: int) -> torch.Tensor:
     return torch.randn((2, channels) + (5,) * (rank - 2))
 
 
-@pytest.mark.parametrize(("cls", "args", "by_rank", "inferred"), CASES, ids=IDS)
-def test_a_rank_it_cannot_place_is_a_clear_error(cls, args, by_rank, inferred) -> None:  # type: ignore[no-untyped-def]
-    layer = nn.Sequential(cls(*args))
+@pytest.mark.parametrize("cls", list(BY_CLASS), ids=lambda c: c.__name__)
+def test_a_rank_it_cannot_place_is_a_clear_error(cls: type[nn.Module]) -> None:
+    rows = BY_CLASS[cls]
+    for row in rows:  # the rows' inputs are of the rank the row says
+        assert row.input_rank is not None, row.id
+        assert row.example().dim() == row.input_rank, row.id
+    by_rank = {row.input_rank: row.eager for row in rows}
+    layer = nn.Sequential(cls(**rows[0].simple))
     bad = torch.randn(3) if 2 not in by_rank else torch.randn(2, 3, 4, 4, 4, 4)
     with pytest.raises(lazynn.InferenceError, match=rf"{cls.__name__} at '0'.*rank") as info:
         layer(bad)
