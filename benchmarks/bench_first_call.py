@@ -13,9 +13,9 @@ First call, per model (examples/models.py), the same model with:
   lazynn   lazynn's classes of the same names, then model(x)
 Checkpoint into an unbuilt model, the eager model's state_dict loaded by:
   meta+to_empty+load   construct the eager model on meta, to_empty(), load_state_dict
-  lazynn-copy          construct the lazynn model, load_state_dict
+  lazynn-copy          construct the lazynn model on meta, to_empty(), load_state_dict
   meta+assign          construct the eager model on meta, load_state_dict(assign=True)
-  lazynn-assign        construct the lazynn model, load_state_dict(assign=True)
+  lazynn-assign        construct the lazynn model on meta, load_state_dict(assign=True)
 """
 
 from __future__ import annotations
@@ -124,7 +124,12 @@ def _load_worker(kind: str, key: str, quick: bool) -> dict[str, Any]:
             else:
                 model.load_state_dict(state, assign=True)
             return model
-        model = ref.lazy()
+        # The lazynn model on meta too (its eager parts, such as embeddings, would otherwise
+        # be allocated and initialized, which the meta recipes skip).
+        with torch.device("meta"):
+            model = ref.lazy()
+        if kind == "lazynn-copy":
+            model.to_empty(device="cpu")  # the placeholders follow: still unbuilt
         model.load_state_dict(state, assign=kind == "lazynn-assign")
         return model
 
@@ -152,6 +157,7 @@ def main() -> None:
     parser.add_argument("--first", nargs=2, metavar=("KIND", "MODEL"))
     parser.add_argument("--load", nargs=2, metavar=("KIND", "MODEL"))
     parser.add_argument("--worker-quick", action="store_true")
+    parser.add_argument("--loads-only", action="store_true", help="only the checkpoint table")
     args = parser.parse_args()
     if args.first:
         print(json.dumps(_first_worker(*args.first, quick=args.worker_quick)))
@@ -173,7 +179,7 @@ def main() -> None:
         "| extra peak memory, cold | process growth, lazynn - torch | lazynn imports |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for title, key in table.items():
+    for title, key in table.items() if not args.loads_only else ():
         r = {kind: _spawn(["--first", kind, key, *extra]) for kind in FIRST}
         print(f"{title}: {r}", file=sys.stderr)
         t, z = r["torch"], r["lazynn"]

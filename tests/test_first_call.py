@@ -476,3 +476,34 @@ def test_group_norm_takes_lower_precision_inputs_as_eager_does(dtype: torch.dtyp
     x = torch.randn(2, 4, 3).to(dtype)
     lazy, eager = lazynn.LazyGroupNorm(2), nn.GroupNorm(2, 4)
     assert torch.equal(lazy(x), eager(x))
+
+
+class KeepsItsClass(LazyModuleMixin, nn.Module):
+    """A custom lazy module that stays its own class once built (cls_to_become = None)."""
+
+    cls_to_become = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = lazynn.UninitializedParameter()
+
+    def initialize_parameters(self, x: torch.Tensor) -> None:  # type: ignore[override]
+        with torch.no_grad():
+            self.weight.materialize((x.shape[-1],))
+            self.weight.fill_(1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
+def test_a_built_module_that_keeps_its_class_is_built_for_is_lazy_and_data_parallel() -> None:
+    module = KeepsItsClass()
+    assert lazynn.is_lazy(module)
+    with pytest.raises(lazynn.UnbuiltError, match="DataParallel"):
+        module._replicate_for_data_parallel()
+    module(torch.ones(2, 3))
+    assert type(module) is KeepsItsClass
+    assert not lazynn.is_lazy(module)
+    replica = module._replicate_for_data_parallel()  # (DataParallel then gives it tensors)
+    assert type(replica) is KeepsItsClass
+    assert replica._is_replica

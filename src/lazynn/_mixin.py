@@ -446,6 +446,9 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         return self
 
     def _replicate_for_data_parallel(self) -> Any:
+        if not is_unbuilt(self):  # type: ignore[arg-type]
+            # built, and kept its class (cls_to_become = None): replicate as nn.Module does
+            return nn.Module._replicate_for_data_parallel(self)  # type: ignore[arg-type,no-untyped-call]
         raise UnbuiltError(
             message(
                 module_path(self),  # type: ignore[arg-type]

@@ -424,7 +424,9 @@ def is_lazy(obj: object) -> bool:
     """
     if isinstance(obj, nn.Module):
         return (
-            any(isinstance(m, TorchLazy) for m in obj.modules())
+            # (an unbuilt lazy module still has its build hook; a built one that kept its
+            # class, cls_to_become = None, has not)
+            any(isinstance(m, TorchLazy) and hasattr(m, "_initialize_hook") for m in obj.modules())
             or any(is_placeholder(t) for t in obj.parameters())
             or any(is_placeholder(t) for t in obj.buffers())
         )
