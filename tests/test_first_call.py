@@ -507,3 +507,22 @@ def test_a_built_module_that_keeps_its_class_is_built_for_is_lazy_and_data_paral
     replica = module._replicate_for_data_parallel()  # (DataParallel then gives it tensors)
     assert type(replica) is KeepsItsClass
     assert replica._is_replica
+
+
+def test_a_tied_weight_of_another_shape_is_named_as_such() -> None:
+    first, second = lazynn.LazyLinear(4), lazynn.LazyLinear(4)
+    second.weight = first.weight  # tied before the build; the inputs give them other shapes
+    model = nn.Sequential(first, nn.ReLU(), second)
+    with pytest.raises(lazynn.InferenceError, match="a weight tied to another layer") as caught:
+        model(torch.randn(2, 3))
+    assert "at '2'" in str(caught.value)
+    assert "lazynn.on_build" in str(caught.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_allocation_failure_names_the_layer_and_changes_nothing() -> None:
+    model = nn.Sequential(nn.ReLU(), lazynn.LazyLinear(3))
+    with pytest.raises(lazynn.InferenceError, match=r"LazyLinear at '1': expected to allocate"):
+        lazynn.build(model, (2, 4), device="cuda")
+    assert is_unbuilt(model[1])
+    assert all(is_placeholder(p) for p in model.parameters())

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from ._errors import InferenceError, message
+from ._errors import InferenceError, LazynnError, first_line, message, module_path
 from ._infer import CLASS_KEY
 from ._layer import LazyLayer
 from ._mixin import finish, is_lazy_module, is_unbuilt
@@ -173,10 +173,17 @@ class _Allocation:
         #: id(real tensor) -> its meta twin, so ties hold on meta
         self.shared: dict[int, torch.Tensor] = {}
 
-    def visit(self, module: nn.Module, lazy: set[nn.Module]) -> None:
+    def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
         if module in self.rehearsal.sizes and is_unbuilt(module):
             assert isinstance(module, LazyLayer)
-            self.lazynn_layer(module)
+            try:
+                self.lazynn_layer(module)
+            except LazynnError:
+                raise
+            except Exception as error:  # out of memory, a device or dtype the class refuses
+                raise _allocation_error(
+                    path, module, self.rehearsal.sizes[module], error
+                ) from error
         elif module in lazy:
             self.other_lazy(module)
         elif module in self.plan.replay:
@@ -266,8 +273,8 @@ def _allocate(
             with torch.inference_mode(False), torch.no_grad():
                 if chosen.start is not None:
                     torch.set_rng_state(chosen.start)
-                for _, module in order:
-                    allocation.visit(module, lazy)
+                for path, module in order:
+                    allocation.visit(path, module, lazy)
                 allocation.commit()
                 if not allocation.on_meta and (device is not None or dtype is not None):
                     model.to(device=device, dtype=dtype)
@@ -285,6 +292,22 @@ def _allocate(
             torch.set_rng_state(chosen.start)
     for note in [] if quiet else chosen.notes:
         warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+
+
+def _allocation_error(
+    path: str, module: nn.Module, sizes: dict[str, Any], error: Exception
+) -> InferenceError:
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k != CLASS_KEY)
+    return InferenceError(
+        message(
+            module_path(module, path),
+            f"to allocate the layer its inputs size ({shown})",
+            f"{type(error).__name__}: {first_line(error)}",
+            "check the memory free on the device (or build on meta: "
+            "lazynn.build(model, example, device='meta'), then lazynn.materialize) and the "
+            "device and dtype asked for; the model is unchanged",
+        )
+    )
 
 
 def _recipe(layer: LazyLayer, sizes: dict[str, Any], dtype: torch.dtype | None) -> Rebuild:

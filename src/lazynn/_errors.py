@@ -26,6 +26,7 @@ __all__ = [
     "LazynnError",
     "NeedsValuesError",
     "UnbuiltError",
+    "first_line",
     "frame_locals",
     "message",
     "meta_limitation",
@@ -175,3 +176,9 @@ def meta_limitation(error: BaseException) -> bool:
         return True
     text = str(error).lower()
     return isinstance(error, RuntimeError) and ("meta tensor" in text or "data-dependent" in text)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (torch's messages run on with context)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""

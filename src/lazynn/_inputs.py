@@ -228,10 +228,12 @@ def run_on_meta(
 
 
 def describe_substitute(tensor: torch.Tensor) -> str:
-    """What torch.func.functional_call put in a placeholder's place, for an error message."""
+    """What stands in a placeholder's place at its build, for an error message: a tensor tied
+    from another layer, or one torch.func.functional_call put there."""
     if is_placeholder(tensor) or tensor.numel() == 0:
         return "an unbuilt placeholder seen through torch.func (functional_call or a transform)"
     return (
-        f"a tensor of shape {shape_str(tensor.shape)} from torch.func.functional_call, "
-        "which does not fit"
+        f"a tensor of shape {shape_str(tensor.shape)} in its place, which does not fit: a "
+        "weight tied to another layer whose inputs gave it that shape, or a tensor passed to "
+        "torch.func.functional_call"
     )

@@ -347,8 +347,10 @@ class LazyLayer(LazyModuleMixin):
                         f"'{key_text((prefix, name))}' of shape {shape_str(value.shape)} "
                         "(from the inputs)",
                         describe_substitute(current),
-                        "build the model with a plain call first (model(example)), then take "
-                        "its parameters for torch.func; the layer is still unbuilt",
+                        "tie layers whose inputs give the weight one shape (or tie them after "
+                        "the build: lazynn.on_build); for torch.func, build the model with a "
+                        "plain call first (model(example)), then take its parameters; the layer "
+                        "is still unbuilt",
                     )
                 )
             held = raw(tensor)

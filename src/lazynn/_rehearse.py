@@ -24,6 +24,7 @@ from ._errors import (
     InferenceError,
     LazynnError,
     NeedsValuesError,
+    first_line,
     message,
     meta_limitation,
     shape_str,
@@ -354,7 +355,7 @@ def _failure(
                 f"one that needs values (inputs of shapes {received or 'none'})",
                 "build it with a real call, model(example), instead of lazynn.build or "
                 "lazynn.summary; the model is unchanged",
-                detail=f"{type(error).__name__}: {_first_line(error)}",
+                detail=f"{type(error).__name__}: {first_line(error)}",
             )
         )
     return InferenceError(
@@ -364,11 +365,6 @@ def _failure(
             f"inputs of shapes {received or 'none'}",
             "check the example inputs' shapes and the layers before this one; the model is "
             "unchanged",
-            detail=f"{type(error).__name__}: {_first_line(error)}",
+            detail=f"{type(error).__name__}: {first_line(error)}",
         )
     )
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
