@@ -201,6 +201,41 @@ def _pause_at(code: Any, line: int, reached: threading.Event, go: threading.Even
     sys.settrace(tracer)
 
 
+def _outcome(fn: Callable[[], Any], into: list[Any]) -> Callable[[], None]:
+    """A thread target that appends fn()'s result, or the error it raised, to ``into``."""
+
+    def run() -> None:
+        try:
+            into.append(fn())
+        except BaseException as error:
+            into.append(error)
+        finally:
+            sys.settrace(None)
+
+    return run
+
+
+def _second_waits(
+    first: Callable[[], None],
+    reached: threading.Event,
+    go: threading.Event,
+    second: Callable[[], None],
+) -> None:
+    """Run ``first`` in a thread until it pauses (``reached``), then ``second`` in another,
+    which must still be waiting half a second later (for the build lock); then let ``first``
+    go on (``go``) and wait for both."""
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert reached.wait(30)
+    threads[1].start()
+    threads[1].join(0.5)
+    assert threads[1].is_alive()  # waiting for the build lock
+    go.set()
+    for thread in threads:
+        thread.join(30)
+        assert not thread.is_alive()
+
+
 def test_a_thread_that_saw_the_module_unbuilt_while_another_built_it_gets_its_forward() -> None:
     layer = lazynn.LazyLinear(3)
     x = torch.randn(2, 4)
@@ -259,31 +294,9 @@ def test_no_snapshot_sees_a_half_built_layer() -> None:
             return local
 
         sys.settrace(tracer)
-        try:
-            layer(one)
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            sys.settrace(None)
+        _outcome(lambda: layer(one), errors)()
 
-    def b() -> None:
-        try:
-            layer(one)
-        except BaseException as error:
-            errors.append(error)
-
-    first = threading.Thread(target=a)
-    first.start()
-    assert reached.wait(30)
-    second = threading.Thread(target=b)
-    second.start()
-    second.join(0.5)
-    assert second.is_alive()  # B waits for the build lock while A is half way through
-    go.set()
-    first.join(30)
-    second.join(30)
-    assert not first.is_alive()
-    assert not second.is_alive()
+    _second_waits(a, reached, go, _outcome(lambda: layer(one), errors))
     assert len(errors) == 2
     assert all(isinstance(e, lazynn.InferenceError) for e in errors)
     assert is_unbuilt(layer)
@@ -347,29 +360,9 @@ def test_a_build_waits_for_another_threads_build_of_the_same_model() -> None:
 
     def a() -> None:
         _pause_at(_build.build_from.__code__, line, reached, go)
-        try:
-            results.append(lazynn.build(model, (3, 5)))
-        except BaseException as error:
-            results.append(error)
-        finally:
-            sys.settrace(None)
+        _outcome(lambda: lazynn.build(model, (3, 5)), results)()
 
-    def b() -> None:
-        try:
-            results.append(lazynn.build(model, (3, 5)))
-        except BaseException as error:
-            results.append(error)
-
-    first = threading.Thread(target=a)
-    first.start()
-    assert reached.wait(30)
-    second = threading.Thread(target=b)
-    second.start()
-    second.join(0.5)
-    assert second.is_alive()  # waiting for the build lock
-    go.set()
-    first.join(30)
-    second.join(30)
+    _second_waits(a, reached, go, _outcome(lambda: lazynn.build(model, (3, 5)), results))
     assert results == [model, model]
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
