@@ -177,10 +177,14 @@ class LazyLayer(LazyModuleMixin):
         The placeholders made at construction, even while ``torch.func.functional_call``
         has put other tensors in their place.
         """
-        modules = dict(self.named_modules())
+        # (a layer without submodules, the common case, needs no walk)
+        modules = dict(self.named_modules()) if self._modules else {"": self}
         record = self._lazynn.placeholders
         for (prefix, name), tensor in record.items():
-            installed = getattr(modules[prefix], name)
+            module = modules[prefix]
+            installed = module._parameters.get(name, module._buffers.get(name))
+            if installed is None:
+                installed = getattr(module, name)
             if installed is not tensor and is_placeholder(installed):
                 # A move replaced the placeholder (`.to("meta")` can't change a tensor's
                 # device in place, so nn.Module._apply installs a new one): follow it.
