@@ -519,3 +519,36 @@ def test_an_allocation_failure_names_the_layer_and_changes_nothing() -> None:
         lazynn.build(model, (2, 4), device="cuda")
     assert is_unbuilt(model[1])
     assert all(is_placeholder(p) for p in model.parameters())
+
+
+def test_a_forward_waits_while_another_thread_runs_the_on_build_queue() -> None:
+    """Thread A's first call builds the model and runs its queued init, which pauses; thread
+    B's call must wait for it (else B's forward would meet half-initialized weights), then
+    both get the output of the initialized model, and the init ran once."""
+    reached, go = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def init(model: nn.Module) -> None:
+        runs.append(1)
+        reached.set()
+        go.wait(30)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(0.5)
+
+    model = nn.Sequential(lazynn.LazyLinear(3), nn.ReLU(), lazynn.LazyLinear(2))
+    lazynn.on_build(model, init)
+    x = torch.ones(2, 4)
+    results: list[Any] = []
+    _second_waits(
+        _outcome(lambda: model(x), results), reached, go, _outcome(lambda: model(x), results)
+    )
+    assert runs == [1]
+    expected = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    with torch.no_grad():
+        for p in expected.parameters():
+            p.fill_(0.5)
+    assert len(results) == 2
+    for out in results:
+        assert isinstance(out, torch.Tensor), out
+        assert torch.equal(out, expected(x))

@@ -55,6 +55,7 @@ from ._queue import (
     add,
     due,
     entries,
+    has_queue,
     mark_tried,
     queue_hook,
     ready,
@@ -146,10 +147,12 @@ def _before_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
         or in_build()
         or context().queue_running
         or torch.compiler.is_compiling()
-        or not entries(module)
+        or not has_queue(module)
     ):
         return
-    with BUILD_LOCK:
+    with BUILD_LOCK:  # (a queue running in another thread: wait for it)
+        if not entries(module):
+            return  # run meanwhile: the forward meets the finished module
         if not ready(module):
             # Once per kind of call: a call like one tried before reaches no other layer.
             kind = _kind((args, kwargs))

@@ -33,6 +33,7 @@ __all__ = [
     "add",
     "due",
     "entries",
+    "has_queue",
     "mark_tried",
     "queue_hook",
     "ready",
@@ -63,6 +64,9 @@ class Queue:
     entries: tuple[Entry, ...] = ()
     #: kinds of first call whose whole-module build was tried and reached not every layer
     tried: frozenset[Any] = frozenset()
+    #: whether its functions are running (taken off, hooks kept: another thread's forward
+    #: waits for them at the hook)
+    running: bool = False
 
 
 def queue_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,6 +79,11 @@ def _queue(module: nn.Module) -> Queue | None:
     return module.__dict__.get(KEY)
 
 
+def has_queue(module: nn.Module) -> bool:
+    """Whether the module has a queue: functions waiting, or running."""
+    return _queue(module) is not None
+
+
 def entries(module: nn.Module) -> tuple[Entry, ...]:
     """The module's queued entries."""
     queue = _queue(module)
@@ -84,9 +93,11 @@ def entries(module: nn.Module) -> tuple[Entry, ...]:
 def add(module: nn.Module, fn: Callable[[Any], object]) -> tuple[Entry, bool]:
     """Queue ``fn`` on ``module``: (its entry, whether it is the first, so hooks are due)."""
     entry = Entry(fn, next(_ORDER))
-    queue = _queue(module) or Queue()
+    queue = _queue(module)
+    first = queue is None  # (a running queue keeps its hooks)
+    queue = queue or Queue()
     module.__dict__[KEY] = replace(queue, entries=(*queue.entries, entry))
-    return entry, not queue.entries
+    return entry, first
 
 
 def tried(module: nn.Module, kind: Any) -> bool:
@@ -123,9 +134,14 @@ def take(module: nn.Module, gone: list[Entry]) -> None:
     """Unqueue ``gone``; with the queue empty, take the module's queue hooks off too."""
     queue = _queue(module)
     remaining = tuple(e for e in (queue.entries if queue else ()) if e not in gone)
-    if remaining and queue is not None:
+    if queue is not None and (remaining or queue.running):
         module.__dict__[KEY] = replace(queue, entries=remaining)
         return
+    _drop(module)
+
+
+def _drop(module: nn.Module) -> None:
+    """The queue is done: take it off the module, and its hooks."""
     module.__dict__.pop(KEY, None)
     # (nn.Module's hook dicts: the handles would point at another module's dicts after a
     # deepcopy, so the hooks are found by their mark.)
@@ -163,7 +179,11 @@ def run_ready(scope: nn.Module) -> None:
             if not is_placeholder(t) and not t.is_meta
         }
         for module in modules:  # taken off first: a queued function may call the model
-            take(module, [e for m, e in found if m is module])
+            queue = _queue(module)
+            assert queue is not None
+            gone = [e for m, e in found if m is module]
+            left = tuple(e for e in queue.entries if e not in gone)
+            module.__dict__[KEY] = replace(queue, entries=left, running=True)
         here.queue_running = True
         try:
             for module, entry in found:
@@ -180,3 +200,9 @@ def run_ready(scope: nn.Module) -> None:
             raise
         finally:
             here.queue_running = False
+        for module in modules:  # done: a queue emptied takes its hooks off
+            queue = _queue(module)
+            if queue is not None and queue.entries:
+                module.__dict__[KEY] = replace(queue, running=False)
+            elif queue is not None:
+                _drop(module)
