@@ -552,3 +552,36 @@ def test_a_forward_waits_while_another_thread_runs_the_on_build_queue() -> None:
     for out in results:
         assert isinstance(out, torch.Tensor), out
         assert torch.equal(out, expected(x))
+
+
+class Gate(nn.Module):
+    """Pauses its forward on meta inputs (in a rehearsal) until released."""
+
+    def __init__(self, reached: threading.Event, go: threading.Event) -> None:
+        super().__init__()
+        self.reached, self.go = reached, go
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_meta:
+            self.reached.set()
+            self.go.wait(30)
+        return x
+
+
+def test_a_call_from_another_thread_during_a_rehearsal_is_refused_clearly() -> None:
+    reached, go = threading.Event(), threading.Event()
+    model = nn.Sequential(Gate(reached, go), nn.Linear(4, 4), lazynn.LazyLinear(2))
+    results: list[Any] = []
+    thread = threading.Thread(target=_outcome(lambda: lazynn.summary(model, (2, 4)), results))
+    thread.start()
+    assert reached.wait(30)
+    try:
+        with pytest.raises(lazynn.LazynnError, match="no other thread runs") as caught:
+            model(torch.ones(2, 4))
+        assert "while lazynn.build or lazynn.summary rehearses it" in str(caught.value)
+    finally:
+        go.set()
+        thread.join(30)
+    assert isinstance(results[0], lazynn.Summary), results[0]
+    assert lazynn.is_lazy(model)
+    assert model(torch.ones(2, 4)).shape == (2, 2)  # after the rehearsal, the model works

@@ -13,6 +13,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -213,8 +214,23 @@ def rehearse(
 
     rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
 
+    owner = threading.get_ident()
+
     def pre(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         path = paths.get(id(module), "?")
+        if threading.get_ident() != owner:
+            # Another thread runs the model while it is rehearsed: its tensors are meta twins
+            # now. (These hooks are the rehearsal's own, on every module, so they see it.)
+            raise LazynnError(
+                message(
+                    f"{type(module).__name__} at '{path}'" if path else type(module).__name__,
+                    "a model that no other thread runs while lazynn.build or lazynn.summary "
+                    "rehearses it on meta",
+                    "a call from another thread during the rehearsal",
+                    "build or summarize the model before other threads use it, or wait for "
+                    "the build; the model is unchanged",
+                )
+            )
         stack.append((path, module, a, k, sys.exc_info()[1]))
         if path not in calls:
             calls[path] = Call(path, shapes((a, k)))
@@ -222,6 +238,8 @@ def rehearse(
                 inputs[module] = (a, k)
 
     def post(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
+        if threading.get_ident() != owner:
+            return  # another thread's refused call (see pre)
         path, _, entry_a, entry_k, before = stack.pop()
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:  # this module's forward raised
