@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--load", nargs=2, metavar=("KIND", "MODEL"))
     parser.add_argument("--worker-quick", action="store_true")
     parser.add_argument("--loads-only", action="store_true", help="only the checkpoint table")
+    parser.add_argument("--models", default=None, help="comma-separated subset, e.g. mlp,cnn")
     args = parser.parse_args()
     if args.first:
         print(json.dumps(_first_worker(*args.first, quick=args.worker_quick)))
@@ -167,6 +168,8 @@ def main() -> None:
         return
     extra = ["--worker-quick"] if args.quick else []
     table = QUICK if args.quick else MODELS
+    if args.models:
+        table = {k: v for k, v in table.items() if k in args.models.split(",")}
     mib = 2**20
     lines = [
         "## First call: lazynn against torch's lazy modules",

@@ -115,9 +115,9 @@ def check_input(
     """The inputs that give sizes are on the placeholders' device and of their dtype
     (``mixed_precision``: float16/bfloat16 inputs may meet float32 placeholders; ``any_float``:
     any floating dtype is accepted)."""
-    placeholders = list(placeholders)
-    floats = [raw(t).dtype for t in placeholders if t.is_floating_point() or t.is_complex()]
-    devices = {raw(t).device for t in placeholders}
+    held = [raw(t) for t in placeholders]  # (their data: no __torch_function__ on the way)
+    floats = [d.dtype for d in held if d.dtype.is_floating_point or d.dtype.is_complex]
+    devices = {d.device for d in held}
     for name, spec in specs.items():
         value = _tensor_of(argument(names, spec.arg, args, kwargs))
         if devices and value.device not in devices:
