@@ -71,6 +71,21 @@ def _measure(fn: Any) -> tuple[float, int, Any]:
     return elapsed, _peak() - before, result
 
 
+def with_torch_lazy(models: Any, ref: Any) -> Any:
+    """The reference's lazy model with torch's nn.Lazy* classes (same names and arguments)."""
+    import torch
+
+    saved = {n: getattr(models, n) for n in ("LazyLinear", "LazyConv2d", "LazyBatchNorm2d",
+                                               "LazyConvTranspose2d")}
+    try:
+        for name in saved:
+            setattr(models, name, getattr(torch.nn, name))
+        return ref.lazy()
+    finally:
+        for name, cls in saved.items():
+            setattr(models, name, cls)
+
+
 def _worker(contender: str, model_key: str, quick: bool) -> dict[str, Any]:
     import torch
 
@@ -84,16 +99,7 @@ def _worker(contender: str, model_key: str, quick: bool) -> dict[str, Any]:
     spec = lazynn.Spec(tuple(example.shape), example.dtype)
 
     def torch_lazy() -> Any:
-        # The same model with torch's nn.Lazy* classes (same names and arguments).
-        saved = {n: getattr(models, n) for n in ("LazyLinear", "LazyConv2d", "LazyBatchNorm2d",
-                                                   "LazyConvTranspose2d")}
-        try:
-            for name in saved:
-                setattr(models, name, getattr(torch.nn, name))
-            return ref.lazy()
-        finally:
-            for name, cls in saved.items():
-                setattr(models, name, cls)
+        return with_torch_lazy(models, ref)
 
     def run() -> Any:
         torch.manual_seed(0)

@@ -32,14 +32,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_build import _machine, _peak, _reset_peak, _rss  # noqa: E402
+from bench_build import _machine, _peak, _reset_peak, _rss, with_torch_lazy  # noqa: E402
 
 MODELS = {"mlp": "mlp", "cnn": "cnn", "resnet50": "resnet50", "gpt2-medium": "gpt"}
 QUICK = {"mlp": "mlp", "cnn": "cnn"}
 FIRST = ["torch", "lazynn"]
 LOADS = ["meta+to_empty+load", "lazynn-copy", "meta+assign", "lazynn-assign"]
 WARM_RUNS = 5
-_TORCH_NAMES = ("LazyLinear", "LazyConv2d", "LazyBatchNorm2d", "LazyConvTranspose2d")
 
 
 def _models(quick: bool) -> Any:
@@ -51,18 +50,7 @@ def _models(quick: bool) -> Any:
 
 def _lazy(models: Any, ref: Any, kind: str) -> Any:
     """The lazy model with lazynn's classes, or with torch's of the same names."""
-    import torch
-
-    if kind == "lazynn":
-        return ref.lazy()
-    saved = {n: getattr(models, n) for n in _TORCH_NAMES}
-    try:
-        for name in saved:
-            setattr(models, name, getattr(torch.nn, name))
-        return ref.lazy()
-    finally:
-        for name, cls in saved.items():
-            setattr(models, name, cls)
+    return ref.lazy() if kind == "lazynn" else with_torch_lazy(models, ref)
 
 
 def _time(fn: Any) -> tuple[float, int]:
