@@ -29,6 +29,7 @@ from ._tensors import map_tensors, meta_like, own_slots, raw
 __all__ = [
     "MODULE_KEYS",
     "Slot",
+    "allocate_empty",
     "differs",
     "forward_names",
     "key_text",
@@ -151,3 +152,16 @@ def match_dtypes(shadow: nn.Module, placeholders: Iterable[tuple[Slot, torch.Ten
                 module._parameters[name] = nn.Parameter(tensor.to(dtype), tensor.requires_grad)
             else:
                 module._buffers[name] = tensor.to(dtype)
+
+
+def allocate_empty(shadow: nn.Module, device: torch.device | str) -> nn.Module:
+    """``shadow`` (a module on meta) with every tensor given uninitialized memory on
+    ``device``, in place; no random number is drawn. (``torch.empty``, not ``to_empty``:
+    ``empty_like`` of a meta tensor runs torch's Python reference, which imports sympy.)"""
+    with torch.inference_mode(False):  # ordinary tensors, even inside the mode
+        for module in shadow.modules():
+            for store, name, t in own_slots(module):
+                empty = torch.empty(t.shape, dtype=t.dtype, device=device)
+                is_param = isinstance(t, nn.Parameter)
+                store[name] = nn.Parameter(empty, t.requires_grad) if is_param else empty
+    return shadow

@@ -36,6 +36,7 @@ from ._checkpoint import solve_sizes
 from ._construct import (
     MODULE_KEYS,
     Slot,
+    allocate_empty,
     differs,
     forward_names,
     key_text,
@@ -124,6 +125,12 @@ class LazyLayer(LazyModuleMixin):
             self.__dict__.update(
                 new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype).__dict__
             )
+        # The layout's shapes, for the checkpoint solver (which asks for the probe sizes first)
+        state.shapes[(self.cls_to_become, repr(sorted(probes.items())))] = {
+            (prefix, name): tensor.shape
+            for prefix, module in self.named_modules()
+            for _, name, tensor in own_slots(module)
+        }
         for prefix, module in self.named_modules():
             for store, name, tensor in own_slots(module):
                 kind = UninitializedBuffer if store is module._buffers else UninitializedParameter
@@ -412,7 +419,7 @@ class LazyLayer(LazyModuleMixin):
         where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
         sizes = self._lazynn_solve_sizes(found, where, prefix)
         try:
-            expected = self._lazynn_shapes(sizes)
+            shadow = self._lazynn_construct(sizes, "meta")  # (the build allocates from it)
         except Exception as error:  # the eager class refuses these sizes with these arguments
             known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn.kwargs.items())
             raise CheckpointError(
@@ -425,6 +432,7 @@ class LazyLayer(LazyModuleMixin):
                     detail=str(error),
                 )
             ) from error
+        expected = {key: t.shape for key, t in slots(shadow).items()}
         wrong = {k: v for k, v in found.items() if tuple(expected[k]) != tuple(v)}
         if wrong:
             known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn.kwargs.items())
@@ -446,29 +454,13 @@ class LazyLayer(LazyModuleMixin):
         # a non-persistent buffer) the layer is constructed as eager, and what the checkpoint
         # holds overwrites it.
         # With assign=True the checkpoint's tensors replace the layer's: nothing is allocated.
-        source = self._lazynn_empty_eager(sizes, allocate=not assign) if every else None
+        source = None
+        if every:  # (assign=True: left on meta, since the checkpoint's tensors replace them)
+            source = shadow if assign else allocate_empty(shadow, self._lazynn_where())
         self._lazynn_build(
             sizes, device="meta" if source is not None and assign else None, source=source
         )
         finish(self)
-
-    def _lazynn_empty_eager(self, sizes: Mapping[str, Any], allocate: bool = True) -> nn.Module:
-        """The eager layer with ``sizes``, its tensors allocated but not initialized (where
-        :meth:`_lazynn_new_eager` would construct it), drawing no random numbers; with
-        ``allocate=False``, on meta."""
-        shadow = self._lazynn_construct(sizes, "meta")
-        if not allocate:
-            return shadow
-        where = self._lazynn_where()
-        # (torch.empty, not to_empty: empty_like of a meta tensor runs torch's Python
-        # reference, which imports sympy)
-        with torch.inference_mode(False):
-            for module in shadow.modules():
-                for store, name, t in own_slots(module):
-                    empty = torch.empty(t.shape, dtype=t.dtype, device=where)
-                    is_param = isinstance(t, nn.Parameter)
-                    store[name] = nn.Parameter(empty, t.requires_grad) if is_param else empty
-        return shadow
 
     def _lazynn_where(self) -> torch.device | str:
         """Where the layer is constructed at its build: where it was declared; on meta if its
