@@ -16,6 +16,7 @@ element of a tuple size, such as LayerNorm's ``normalized_shape``, is its own un
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,16 +51,14 @@ def solve_sizes(
         CheckpointError: a tensor of the wrong rank, a dimension that gives no whole size, or
             no tensor from which a size can be read.
     """
-    probed = shapes(base)
-    _check_ranks(base, shapes, probed, found, where, prefix)
+    problem = _Problem(base, shapes, shapes(base), found, where, prefix)
+    problem.check_ranks()
     unknowns: list[_Unknown] = [
         (name, index)
         for name, value in base.items()
         for index in (range(len(value)) if isinstance(value, tuple) else (None,))
     ]
-    solved = {
-        unknown: _solve(unknown, base, shapes, probed, found, where, prefix) for unknown in unknowns
-    }
+    solved = {unknown: problem.solve(unknown) for unknown in unknowns}
     return {
         name: tuple(solved[(name, i)] for i in range(len(value)))
         if isinstance(value, tuple)
@@ -75,73 +74,71 @@ def _doubled(value: Any, index: int | None = None) -> Any:
     return tuple(2 * v if index is None or i == index else v for i, v in enumerate(value))
 
 
-def _check_ranks(
-    base: Mapping[str, Any],
-    shapes: Shapes,
-    probed: dict[Slot, torch.Size],
-    found: Mapping[Slot, torch.Size],
-    where: str,
-    prefix: str,
-) -> None:
-    """Refuse a checkpoint tensor whose rank is not the layer's."""
-    for key, shape in found.items():
-        if key not in probed or len(probed[key]) == len(shape):
-            continue
-        varied = shapes({n: _doubled(v) for n, v in base.items()})
-        dims = [
-            "?" if x != y else str(x)
-            for x, y in zip(probed[key], varied.get(key, probed[key]), strict=True)
-        ]
-        expected = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-        raise CheckpointError(
-            message(
-                where,
-                f"'{prefix}{key_text(key)}' of shape {expected}",
-                f"shape {shape_str(shape)}",
-                "load a checkpoint saved from this kind of layer and arguments",
-            )
-        )
+@dataclass(frozen=True)
+class _Problem:
+    """One layer's checkpoint: what :func:`solve_sizes` knows (see its arguments), and
+    ``probed``, the layer's shapes with the probe sizes."""
 
+    base: Mapping[str, Any]
+    shapes: Shapes
+    probed: dict[Slot, torch.Size]
+    found: Mapping[Slot, torch.Size]
+    where: str
+    prefix: str
 
-def _solve(
-    unknown: _Unknown,
-    base: Mapping[str, Any],
-    shapes: Shapes,
-    probed: dict[Slot, torch.Size],
-    found: Mapping[Slot, torch.Size],
-    where: str,
-    prefix: str,
-) -> int:
-    """One unknown: the first checkpoint dimension that depends on it gives its value."""
-    name, index = unknown
-    probe = base[name] if index is None else base[name][index]
-    other = shapes({**base, name: _doubled(base[name], index)})
-    for key, shape in found.items():
-        if key not in probed or key not in other:
-            continue  # this size changes which tensors the layer has
-        a, b = probed[key], other[key]
-        if len(a) != len(shape):
-            continue
-        dim = next((d for d, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
-        if dim is None:
-            continue
-        slope = (b[dim] - a[dim]) / probe
-        guess = probe + (shape[dim] - a[dim]) / slope
-        if guess != int(guess) or guess < 1:
+    def check_ranks(self) -> None:
+        """Refuse a checkpoint tensor whose rank is not the layer's."""
+        for key, shape in self.found.items():
+            if key not in self.probed or len(self.probed[key]) == len(shape):
+                continue
+            varied = self.shapes({n: _doubled(v) for n, v in self.base.items()})
+            probed = self.probed[key]
+            dims = [
+                "?" if x != y else str(x)
+                for x, y in zip(probed, varied.get(key, probed), strict=True)
+            ]
+            expected = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
             raise CheckpointError(
                 message(
-                    where,
-                    f"'{prefix}{key_text(key)}' with dimension {dim} giving a whole {name}",
+                    self.where,
+                    f"'{self.prefix}{key_text(key)}' of shape {expected}",
                     f"shape {shape_str(shape)}",
-                    "load a checkpoint saved from this kind of layer",
+                    "load a checkpoint saved from this kind of layer and arguments",
                 )
             )
-        return int(guess)
-    raise CheckpointError(
-        message(
-            where,
-            f"a checkpoint entry from which {name} can be read",
-            "entries " + ", ".join(f"'{prefix}{key_text(k)}'" for k in found),
-            "load a checkpoint that has this layer's parameters",
+
+    def solve(self, unknown: _Unknown) -> int:
+        """One unknown: the first checkpoint dimension that depends on it gives its value."""
+        name, index = unknown
+        probe = self.base[name] if index is None else self.base[name][index]
+        other = self.shapes({**self.base, name: _doubled(self.base[name], index)})
+        for key, shape in self.found.items():
+            if key not in self.probed or key not in other:
+                continue  # this size changes which tensors the layer has
+            a, b = self.probed[key], other[key]
+            if len(a) != len(shape):
+                continue
+            dim = next((d for d, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+            if dim is None:
+                continue
+            slope = (b[dim] - a[dim]) / probe
+            guess = probe + (shape[dim] - a[dim]) / slope
+            if guess != int(guess) or guess < 1:
+                raise CheckpointError(
+                    message(
+                        self.where,
+                        f"'{self.prefix}{key_text(key)}' with dimension {dim} giving a whole "
+                        f"{name}",
+                        f"shape {shape_str(shape)}",
+                        "load a checkpoint saved from this kind of layer",
+                    )
+                )
+            return int(guess)
+        raise CheckpointError(
+            message(
+                self.where,
+                f"a checkpoint entry from which {name} can be read",
+                "entries " + ", ".join(f"'{self.prefix}{key_text(k)}'" for k in self.found),
+                "load a checkpoint that has this layer's parameters",
+            )
         )
-    )
