@@ -278,9 +278,15 @@ def _norm_shape(
 
 
 ROWS: list[Row] = [
-    Row(lazy=lazynn.LazyLinear, eager=nn.Linear, inferred="in_features",
-        options=_linear_options(), shape=_linear_shape, sizes=_any_size,
-        simple={"out_features": 3}),
+    Row(
+        lazy=lazynn.LazyLinear,
+        eager=nn.Linear,
+        inferred="in_features",
+        options=_linear_options(),
+        shape=_linear_shape,
+        sizes=_any_size,
+        simple={"out_features": 3},
+    ),
 ]
 for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
     [
@@ -290,12 +296,28 @@ for _rank, (_lazy, _eager, _lazy_t, _eager_t) in enumerate(
     ],
     start=1,
 ):
-    ROWS.append(Row(lazy=_lazy, eager=_eager, inferred="in_channels",
-                    options=_conv_options(False), shape=_conv_shape(_rank),
-                    sizes=_groups_sizes, simple={"out_channels": 4, "kernel_size": 3}))
-    ROWS.append(Row(lazy=_lazy_t, eager=_eager_t, inferred="in_channels",
-                    options=_conv_options(True), shape=_conv_shape(_rank),
-                    sizes=_groups_sizes, simple={"out_channels": 4, "kernel_size": 3}))
+    ROWS.append(
+        Row(
+            lazy=_lazy,
+            eager=_eager,
+            inferred="in_channels",
+            options=_conv_options(False),
+            shape=_conv_shape(_rank),
+            sizes=_groups_sizes,
+            simple={"out_channels": 4, "kernel_size": 3},
+        )
+    )
+    ROWS.append(
+        Row(
+            lazy=_lazy_t,
+            eager=_eager_t,
+            inferred="in_channels",
+            options=_conv_options(True),
+            shape=_conv_shape(_rank),
+            sizes=_groups_sizes,
+            simple={"out_channels": 4, "kernel_size": 3},
+        )
+    )
 for _lazy, _eager, _brank, _unbatched, _affine in [
     (lazynn.LazyBatchNorm1d, nn.BatchNorm1d, 3, False, True),
     (lazynn.LazyBatchNorm2d, nn.BatchNorm2d, 4, False, True),
@@ -304,9 +326,17 @@ for _lazy, _eager, _brank, _unbatched, _affine in [
     (lazynn.LazyInstanceNorm2d, nn.InstanceNorm2d, 4, True, False),
     (lazynn.LazyInstanceNorm3d, nn.InstanceNorm3d, 5, True, False),
 ]:
-    ROWS.append(Row(lazy=_lazy, eager=_eager, inferred="num_features",
-                    options=_norm_options(_affine), shape=_norm_shape(_brank, _unbatched),
-                    sizes=_any_size, simple={"affine": True, "track_running_stats": True}))
+    ROWS.append(
+        Row(
+            lazy=_lazy,
+            eager=_eager,
+            inferred="num_features",
+            options=_norm_options(_affine),
+            shape=_norm_shape(_brank, _unbatched),
+            sizes=_any_size,
+            simple={"affine": True, "track_running_stats": True},
+        )
+    )
 
 
 def _channels_shape(rank: int) -> Callable[[Options, int, bool], tuple[int, ...]]:
@@ -340,79 +370,168 @@ _X = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
 ROWS += [
     # simple: num_groups=1, so that any size is valid for the tests that pick their own
     # sizes (test_copies builds with 2 and 5); the hypothesis options draw 1, 2 and 3.
-    Row(lazy=lazynn.LazyGroupNorm, eager=nn.GroupNorm, inferred="num_channels",
-        options=st.fixed_dictionaries({"num_groups": st.sampled_from([1, 2, 3]),
-                                       "eps": st.sampled_from([1e-5, 1e-3]),
-                                       "affine": st.booleans()}),
-        shape=_channels_shape(3), sizes=lambda o: _multiples(o, o["num_groups"]),
-        simple={"num_groups": 1}, wrong_ranks=(1,), step=lambda o: int(o["num_groups"]),
+    Row(
+        lazy=lazynn.LazyGroupNorm,
+        eager=nn.GroupNorm,
+        inferred="num_channels",
+        options=st.fixed_dictionaries(
+            {
+                "num_groups": st.sampled_from([1, 2, 3]),
+                "eps": st.sampled_from([1e-5, 1e-3]),
+                "affine": st.booleans(),
+            }
+        ),
+        shape=_channels_shape(3),
+        sizes=lambda o: _multiples(o, o["num_groups"]),
+        simple={"num_groups": 1},
+        wrong_ranks=(1,),
+        step=lambda o: int(o["num_groups"]),
         materialize=(
-            Twin(id="group-norm-prelu",
-                 lazy=lambda: nn.Sequential(lazynn.LazyGroupNorm(1), lazynn.LazyPReLU()),
-                 eager=lambda: nn.Sequential(nn.GroupNorm(1, 5), nn.PReLU(5)),
-                 inputs=lambda: (_X,)),
-        )),
-    Row(lazy=lazynn.LazyPReLU, eager=nn.PReLU, inferred="num_parameters",
+            Twin(
+                id="group-norm-prelu",
+                lazy=lambda: nn.Sequential(lazynn.LazyGroupNorm(1), lazynn.LazyPReLU()),
+                eager=lambda: nn.Sequential(nn.GroupNorm(1, 5), nn.PReLU(5)),
+                inputs=lambda: (_X,),
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyPReLU,
+        eager=nn.PReLU,
+        inferred="num_parameters",
         options=st.fixed_dictionaries({"init": st.sampled_from([0.25, 0.1])}),
-        shape=_channels_shape(3), sizes=_any_size, simple={}, wrong_ranks=(1,)),
-    Row(lazy=lazynn.LazySyncBatchNorm, eager=nn.SyncBatchNorm, inferred="num_features",
-        options=_norm_options(True), shape=_channels_shape(3), sizes=_any_size,
-        simple={"affine": True, "track_running_stats": True}, wrong_ranks=(1,)),
-    Row(lazy=lazynn.LazyRNNCell, eager=nn.RNNCell, inferred="input_size",
-        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
-                                       "bias": st.booleans(),
-                                       "nonlinearity": st.sampled_from(["tanh", "relu"])}),
-        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3)),
-    Row(lazy=lazynn.LazyGRUCell, eager=nn.GRUCell, inferred="input_size",
-        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
-                                       "bias": st.booleans()}),
-        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
+        shape=_channels_shape(3),
+        sizes=_any_size,
+        simple={},
+        wrong_ranks=(1,),
+    ),
+    Row(
+        lazy=lazynn.LazySyncBatchNorm,
+        eager=nn.SyncBatchNorm,
+        inferred="num_features",
+        options=_norm_options(True),
+        shape=_channels_shape(3),
+        sizes=_any_size,
+        simple={"affine": True, "track_running_stats": True},
+        wrong_ranks=(1,),
+    ),
+    Row(
+        lazy=lazynn.LazyRNNCell,
+        eager=nn.RNNCell,
+        inferred="input_size",
+        options=st.fixed_dictionaries(
+            {
+                "hidden_size": st.integers(1, 5),
+                "bias": st.booleans(),
+                "nonlinearity": st.sampled_from(["tanh", "relu"]),
+            }
+        ),
+        shape=_cell_shape,
+        sizes=_any_size,
+        simple={"hidden_size": 3},
+        wrong_ranks=(0, 3),
+    ),
+    Row(
+        lazy=lazynn.LazyGRUCell,
+        eager=nn.GRUCell,
+        inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
+        shape=_cell_shape,
+        sizes=_any_size,
+        simple={"hidden_size": 3},
+        wrong_ranks=(0, 3),
         materialize=(
-            Twin(id="gru-cell", lazy=lambda: lazynn.LazyGRUCell(4),
-                 eager=lambda: nn.GRUCell(8, 4), inputs=lambda: (_X[0],)),
-        )),
-    Row(lazy=lazynn.LazyLayerNorm, eager=nn.LayerNorm, inferred="normalized_shape",
-        options=st.fixed_dictionaries({"eps": st.sampled_from([1e-5, 1e-3]),
-                                       "elementwise_affine": st.booleans(),
-                                       "bias": st.booleans()}),
-        shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
+            Twin(
+                id="gru-cell",
+                lazy=lambda: lazynn.LazyGRUCell(4),
+                eager=lambda: nn.GRUCell(8, 4),
+                inputs=lambda: (_X[0],),
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyLayerNorm,
+        eager=nn.LayerNorm,
+        inferred="normalized_shape",
+        options=st.fixed_dictionaries(
+            {
+                "eps": st.sampled_from([1e-5, 1e-3]),
+                "elementwise_affine": st.booleans(),
+                "bias": st.booleans(),
+            }
+        ),
+        shape=_cell_shape,
+        sizes=_any_size,
+        simple={},
+        wrong_ranks=(0,),
         size_of=lambda m: m.normalized_shape[0],
         variants=(
-            Twin(id="layer-norm-2-dims", lazy=lambda: lazynn.LazyLayerNorm(dims=2),
-                 eager=lambda: nn.LayerNorm((3, 5)), inputs=lambda: (torch.randn(4, 3, 5),),
-                 checkpoint=True),
-        )),
-    Row(lazy=lazynn.LazyRMSNorm, eager=nn.RMSNorm, inferred="normalized_shape",
-        options=st.fixed_dictionaries({"eps": st.sampled_from([None, 1e-3]),
-                                       "elementwise_affine": st.booleans()}),
-        shape=_cell_shape, sizes=_any_size, simple={}, wrong_ranks=(0,),
-        size_of=lambda m: m.normalized_shape[0]),
+            Twin(
+                id="layer-norm-2-dims",
+                lazy=lambda: lazynn.LazyLayerNorm(dims=2),
+                eager=lambda: nn.LayerNorm((3, 5)),
+                inputs=lambda: (torch.randn(4, 3, 5),),
+                checkpoint=True,
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyRMSNorm,
+        eager=nn.RMSNorm,
+        inferred="normalized_shape",
+        options=st.fixed_dictionaries(
+            {"eps": st.sampled_from([None, 1e-3]), "elementwise_affine": st.booleans()}
+        ),
+        shape=_cell_shape,
+        sizes=_any_size,
+        simple={},
+        wrong_ranks=(0,),
+        size_of=lambda m: m.normalized_shape[0],
+    ),
     # simple: nhead=1 (any d_model is valid) and dropout=0.0, so that outputs do not depend
     # on the RNG state at call time (the generic tests compare outputs of separately called
     # twins); the hypothesis options draw dropout 0.1 too, where both draw the same numbers.
-    Row(lazy=lazynn.LazyTransformerEncoderLayer, eager=nn.TransformerEncoderLayer,
+    Row(
+        lazy=lazynn.LazyTransformerEncoderLayer,
+        eager=nn.TransformerEncoderLayer,
         inferred="d_model",
-        options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
-                                       "dim_feedforward": st.integers(2, 8),
-                                       "dropout": st.sampled_from([0.0, 0.1]),
-                                       "activation": st.sampled_from(["relu", "gelu"]),
-                                       "batch_first": st.booleans(),
-                                       "norm_first": st.booleans()}),
-        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
-        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
-        size_of=_transformer_size, step=lambda o: int(o["nhead"]),
+        options=st.fixed_dictionaries(
+            {
+                "nhead": st.sampled_from([1, 2]),
+                "dim_feedforward": st.integers(2, 8),
+                "dropout": st.sampled_from([0.0, 0.1]),
+                "activation": st.sampled_from(["relu", "gelu"]),
+                "batch_first": st.booleans(),
+                "norm_first": st.booleans(),
+            }
+        ),
+        shape=_sequence_shape,
+        sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0},
+        wrong_ranks=(1, 4),
+        size_of=_transformer_size,
+        step=lambda o: int(o["nhead"]),
         materialize=(
-            Twin(id="encoder-layer",
-                 lazy=lambda: lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16),
-                 eager=lambda: nn.TransformerEncoderLayer(8, 2, 16), inputs=lambda: (_X,)),
-            Twin(id="encoder-of-copies",
-                 lazy=lambda: nn.TransformerEncoder(
-                     lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16), 3,
-                     enable_nested_tensor=False),
-                 eager=lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 3,
-                                                     enable_nested_tensor=False),
-                 inputs=lambda: (_X,)),
-        )),
+            Twin(
+                id="encoder-layer",
+                lazy=lambda: lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16),
+                eager=lambda: nn.TransformerEncoderLayer(8, 2, 16),
+                inputs=lambda: (_X,),
+            ),
+            Twin(
+                id="encoder-of-copies",
+                lazy=lambda: nn.TransformerEncoder(
+                    lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=16),
+                    3,
+                    enable_nested_tensor=False,
+                ),
+                eager=lambda: nn.TransformerEncoder(
+                    nn.TransformerEncoderLayer(8, 2, 16), 3, enable_nested_tensor=False
+                ),
+                inputs=lambda: (_X,),
+            ),
+        ),
+    ),
 ]
 
 
@@ -546,17 +665,23 @@ def _decoder_sizes(m: nn.Module) -> tuple[int, ...]:
 
 
 _LSTM_CELL_CALLS = (
-    CallForm(id="lstm-cell-state-no-bias", lazy=lambda: lazynn.LazyLSTMCell(3, bias=False),
-             eager=lambda: nn.LSTMCell(5, 3, bias=False),
-             inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 3), torch.randn(4, 3))), {}),
-             sizes=lambda m: (m.input_size,), other=lambda: nn.LSTMCell(2, 3, bias=False),
-             other_inputs=_call(_randn(4, 2)), beyond="an explicit (h, c) state",
-             bad=(
-                 Bad(id="lstm-cell-state-of-another-size",
-                     inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 2), torch.randn(4, 2))),
-                                     {}),
-                     pattern=rf"expected .*received .*{_shape_text(4, 2)}.*hidden_size"),
-             )),
+    CallForm(
+        id="lstm-cell-state-no-bias",
+        lazy=lambda: lazynn.LazyLSTMCell(3, bias=False),
+        eager=lambda: nn.LSTMCell(5, 3, bias=False),
+        inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 3), torch.randn(4, 3))), {}),
+        sizes=lambda m: (m.input_size,),
+        other=lambda: nn.LSTMCell(2, 3, bias=False),
+        other_inputs=_call(_randn(4, 2)),
+        beyond="an explicit (h, c) state",
+        bad=(
+            Bad(
+                id="lstm-cell-state-of-another-size",
+                inputs=lambda: ((torch.randn(4, 5), (torch.randn(4, 2), torch.randn(4, 2))), {}),
+                pattern=rf"expected .*received .*{_shape_text(4, 2)}.*hidden_size",
+            ),
+        ),
+    ),
 )
 
 
@@ -565,192 +690,359 @@ def _bilinear_sizes(m: nn.Module) -> tuple[int, ...]:
 
 
 _BILINEAR_CALLS = (
-    CallForm(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
-             eager=lambda: nn.Bilinear(5, 4, 3), inputs=_call(_randn(6, 5), _randn(6, 4)),
-             sizes=_bilinear_sizes, other=lambda: nn.Bilinear(2, 7, 3),
-             other_inputs=_call(_randn(6, 2), _randn(6, 7)),
-             bad=(
-                 Bad(id="bilinear-second-not-a-tensor",
-                     inputs=_call(_randn(6, 5), lambda: [1.0, 2.0]),
-                     pattern=r"expected .*\bin2_features\b.*received list"),
-                 Bad(id="bilinear-second-missing", inputs=_call(_randn(6, 5)),
-                     pattern=r"expected .*\bin2_features\b.*received None"),
-                 Bad(id="bilinear-batches-differ", inputs=_call(_randn(6, 5), _randn(7, 4)),
-                     pattern=rf"expected .*received .*{_shape_text(6, 5)}"
-                             rf".*{_shape_text(7, 4)}"),
-             )),
-    CallForm(id="bilinear-keywords", lazy=lambda: lazynn.LazyBilinear(3),
-             eager=lambda: nn.Bilinear(5, 4, 3),
-             inputs=_call(input1=_randn(6, 5), input2=_randn(6, 4)), sizes=_bilinear_sizes,
-             other=lambda: nn.Bilinear(4, 5, 3),
-             other_inputs=_call(input1=_randn(6, 4), input2=_randn(6, 5)),
-             beyond="inputs by keyword"),
+    CallForm(
+        id="bilinear",
+        lazy=lambda: lazynn.LazyBilinear(3),
+        eager=lambda: nn.Bilinear(5, 4, 3),
+        inputs=_call(_randn(6, 5), _randn(6, 4)),
+        sizes=_bilinear_sizes,
+        other=lambda: nn.Bilinear(2, 7, 3),
+        other_inputs=_call(_randn(6, 2), _randn(6, 7)),
+        bad=(
+            Bad(
+                id="bilinear-second-not-a-tensor",
+                inputs=_call(_randn(6, 5), lambda: [1.0, 2.0]),
+                pattern=r"expected .*\bin2_features\b.*received list",
+            ),
+            Bad(
+                id="bilinear-second-missing",
+                inputs=_call(_randn(6, 5)),
+                pattern=r"expected .*\bin2_features\b.*received None",
+            ),
+            Bad(
+                id="bilinear-batches-differ",
+                inputs=_call(_randn(6, 5), _randn(7, 4)),
+                pattern=rf"expected .*received .*{_shape_text(6, 5)}"
+                rf".*{_shape_text(7, 4)}",
+            ),
+        ),
+    ),
+    CallForm(
+        id="bilinear-keywords",
+        lazy=lambda: lazynn.LazyBilinear(3),
+        eager=lambda: nn.Bilinear(5, 4, 3),
+        inputs=_call(input1=_randn(6, 5), input2=_randn(6, 4)),
+        sizes=_bilinear_sizes,
+        other=lambda: nn.Bilinear(4, 5, 3),
+        other_inputs=_call(input1=_randn(6, 4), input2=_randn(6, 5)),
+        beyond="inputs by keyword",
+    ),
 )
 _DECODER_CALLS = (
-    CallForm(id="decoder",
-             lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
-             eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
-             inputs=_call(_randn(3, 5, 4), _randn(3, 6, 4)), sizes=_decoder_sizes,
-             other=lambda: nn.TransformerDecoderLayer(6, 2, 8, 0.0, batch_first=True),
-             other_inputs=_call(_randn(3, 5, 6), _randn(3, 6, 6)),
-             bad=(
-                 Bad(id="decoder-memory-of-another-size",
-                     inputs=_call(_randn(3, 5, 4), _randn(3, 6, 6)),
-                     pattern=rf"expected .*received .*{_shape_text(3, 6, 6)}"),
-                 Bad(id="decoder-memory-missing", inputs=_call(_randn(3, 5, 4)),
-                     pattern=rf"expected .*received .*{_shape_text(3, 5, 4)}.*memory"),
-                 Bad(id="decoder-d_model-not-divisible",
-                     inputs=_call(_randn(3, 5, 5), _randn(3, 6, 5)),
-                     pattern=rf"expected .*received .*{_shape_text(3, 5, 5)}.*d_model=5"
-                             r".*divisible by num_heads",
-                     eager_refuses=False),
-             )),
-    CallForm(id="decoder-keywords-masks",
-             lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
-             eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
-             inputs=_call(tgt=_randn(3, 5, 4), memory=_randn(3, 6, 4), tgt_mask=_causal(5),
-                          memory_key_padding_mask=_padding(3, 6), tgt_is_causal=lambda: True),
-             sizes=_decoder_sizes,
-             other=lambda: nn.TransformerDecoderLayer(8, 2, 8, 0.0, batch_first=True),
-             other_inputs=_call(tgt=_randn(3, 5, 8), memory=_randn(3, 6, 8)),
-             beyond="inputs by keyword, masks and tgt_is_causal"),
+    CallForm(
+        id="decoder",
+        lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
+        eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
+        inputs=_call(_randn(3, 5, 4), _randn(3, 6, 4)),
+        sizes=_decoder_sizes,
+        other=lambda: nn.TransformerDecoderLayer(6, 2, 8, 0.0, batch_first=True),
+        other_inputs=_call(_randn(3, 5, 6), _randn(3, 6, 6)),
+        bad=(
+            Bad(
+                id="decoder-memory-of-another-size",
+                inputs=_call(_randn(3, 5, 4), _randn(3, 6, 6)),
+                pattern=rf"expected .*received .*{_shape_text(3, 6, 6)}",
+            ),
+            Bad(
+                id="decoder-memory-missing",
+                inputs=_call(_randn(3, 5, 4)),
+                pattern=rf"expected .*received .*{_shape_text(3, 5, 4)}.*memory",
+            ),
+            Bad(
+                id="decoder-d_model-not-divisible",
+                inputs=_call(_randn(3, 5, 5), _randn(3, 6, 5)),
+                pattern=rf"expected .*received .*{_shape_text(3, 5, 5)}.*d_model=5"
+                r".*divisible by num_heads",
+                eager_refuses=False,
+            ),
+        ),
+    ),
+    CallForm(
+        id="decoder-keywords-masks",
+        lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, 8, 0.0, batch_first=True),
+        eager=lambda: nn.TransformerDecoderLayer(4, 2, 8, 0.0, batch_first=True),
+        inputs=_call(
+            tgt=_randn(3, 5, 4),
+            memory=_randn(3, 6, 4),
+            tgt_mask=_causal(5),
+            memory_key_padding_mask=_padding(3, 6),
+            tgt_is_causal=lambda: True,
+        ),
+        sizes=_decoder_sizes,
+        other=lambda: nn.TransformerDecoderLayer(8, 2, 8, 0.0, batch_first=True),
+        other_inputs=_call(tgt=_randn(3, 5, 8), memory=_randn(3, 6, 8)),
+        beyond="inputs by keyword, masks and tgt_is_causal",
+    ),
 )
 _ADAPTIVE_CALLS = (
-    CallForm(id="adaptive",
-             lazy=lambda: lazynn.LazyAdaptiveLogSoftmaxWithLoss(10, [3, 6], div_value=2.0),
-             eager=lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 10, [3, 6], div_value=2.0),
-             inputs=_call(_randn(7, 8), _classes(10, 7)), sizes=lambda m: (m.in_features,),
-             other=lambda: nn.AdaptiveLogSoftmaxWithLoss(12, 10, [3, 6], div_value=2.0),
-             other_inputs=_call(_randn(7, 12), _classes(10, 7)),
-             bad=(
-                 Bad(id="adaptive-batches-differ",
-                     inputs=_call(_randn(7, 8), _classes(10, 6)),
-                     pattern=rf"expected .*received .*{_shape_text(7, 8)}.*{_shape_text(6)}"
-                             r".*batch dimension"),
-             )),
+    CallForm(
+        id="adaptive",
+        lazy=lambda: lazynn.LazyAdaptiveLogSoftmaxWithLoss(10, [3, 6], div_value=2.0),
+        eager=lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 10, [3, 6], div_value=2.0),
+        inputs=_call(_randn(7, 8), _classes(10, 7)),
+        sizes=lambda m: (m.in_features,),
+        other=lambda: nn.AdaptiveLogSoftmaxWithLoss(12, 10, [3, 6], div_value=2.0),
+        other_inputs=_call(_randn(7, 12), _classes(10, 7)),
+        bad=(
+            Bad(
+                id="adaptive-batches-differ",
+                inputs=_call(_randn(7, 8), _classes(10, 6)),
+                pattern=rf"expected .*received .*{_shape_text(7, 8)}.*{_shape_text(6)}"
+                r".*batch dimension",
+            ),
+        ),
+    ),
 )
 
 
 ROWS += [
-    Row(lazy=lazynn.LazyRNN, eager=nn.RNN, inferred="input_size",
-        options=_recurrent_options(True, False), shape=_sequence_shape, sizes=_any_size,
-        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazy=lazynn.LazyLSTM, eager=nn.LSTM, inferred="input_size",
-        options=_recurrent_options(False, True), shape=_sequence_shape, sizes=_any_size,
-        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined,
+    Row(
+        lazy=lazynn.LazyRNN,
+        eager=nn.RNN,
+        inferred="input_size",
+        options=_recurrent_options(True, False),
+        shape=_sequence_shape,
+        sizes=_any_size,
+        simple={"hidden_size": 3},
+        wrong_ranks=(1, 4),
+        out=_joined,
+    ),
+    Row(
+        lazy=lazynn.LazyLSTM,
+        eager=nn.LSTM,
+        inferred="input_size",
+        options=_recurrent_options(False, True),
+        shape=_sequence_shape,
+        sizes=_any_size,
+        simple={"hidden_size": 3},
+        wrong_ranks=(1, 4),
+        out=_joined,
         variants=(
-            Twin(id="lstm-packed", lazy=lambda: lazynn.LazyLSTM(4), eager=lambda: nn.LSTM(5, 4),
-                 inputs=lambda: (pack_padded_sequence(torch.randn(6, 3, 5),
-                                                      torch.tensor([6, 4, 2])),)),
+            Twin(
+                id="lstm-packed",
+                lazy=lambda: lazynn.LazyLSTM(4),
+                eager=lambda: nn.LSTM(5, 4),
+                inputs=lambda: (
+                    pack_padded_sequence(torch.randn(6, 3, 5), torch.tensor([6, 4, 2])),
+                ),
+            ),
         ),
         materialize=(
-            Twin(id="lstm", lazy=lambda: lazynn.LazyLSTM(4, num_layers=2, bidirectional=True),
-                 eager=lambda: nn.LSTM(8, 4, num_layers=2, bidirectional=True),
-                 inputs=lambda: (_X,)),
-        )),
-    Row(lazy=lazynn.LazyGRU, eager=nn.GRU, inferred="input_size",
-        options=_recurrent_options(False, False), shape=_sequence_shape, sizes=_any_size,
-        simple={"hidden_size": 3}, wrong_ranks=(1, 4), out=_joined),
-    Row(lazy=lazynn.LazyLSTMCell, eager=nn.LSTMCell, inferred="input_size",
-        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5),
-                                       "bias": st.booleans()}),
-        shape=_cell_shape, sizes=_any_size, simple={"hidden_size": 3}, wrong_ranks=(0, 3),
-        out=_joined, calls=_LSTM_CELL_CALLS),
+            Twin(
+                id="lstm",
+                lazy=lambda: lazynn.LazyLSTM(4, num_layers=2, bidirectional=True),
+                eager=lambda: nn.LSTM(8, 4, num_layers=2, bidirectional=True),
+                inputs=lambda: (_X,),
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyGRU,
+        eager=nn.GRU,
+        inferred="input_size",
+        options=_recurrent_options(False, False),
+        shape=_sequence_shape,
+        sizes=_any_size,
+        simple={"hidden_size": 3},
+        wrong_ranks=(1, 4),
+        out=_joined,
+    ),
+    Row(
+        lazy=lazynn.LazyLSTMCell,
+        eager=nn.LSTMCell,
+        inferred="input_size",
+        options=st.fixed_dictionaries({"hidden_size": st.integers(1, 5), "bias": st.booleans()}),
+        shape=_cell_shape,
+        sizes=_any_size,
+        simple={"hidden_size": 3},
+        wrong_ranks=(0, 3),
+        out=_joined,
+        calls=_LSTM_CELL_CALLS,
+    ),
     # simple: num_heads=1 and dropout=0.0, as the TransformerEncoderLayer row
-    Row(lazy=lazynn.LazyMultiheadAttention, eager=nn.MultiheadAttention, inferred="embed_dim",
-        options=st.fixed_dictionaries({"num_heads": st.sampled_from([1, 2]),
-                                       "dropout": st.sampled_from([0.0, 0.1]),
-                                       "bias": st.booleans(), "add_bias_kv": st.booleans(),
-                                       "add_zero_attn": st.booleans(),
-                                       "batch_first": st.booleans()}),
-        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["num_heads"]),
-        simple={"num_heads": 1}, wrong_ranks=(1, 4), step=lambda o: int(o["num_heads"]),
-        args=_attention_args, out=_joined,
+    Row(
+        lazy=lazynn.LazyMultiheadAttention,
+        eager=nn.MultiheadAttention,
+        inferred="embed_dim",
+        options=st.fixed_dictionaries(
+            {
+                "num_heads": st.sampled_from([1, 2]),
+                "dropout": st.sampled_from([0.0, 0.1]),
+                "bias": st.booleans(),
+                "add_bias_kv": st.booleans(),
+                "add_zero_attn": st.booleans(),
+                "batch_first": st.booleans(),
+            }
+        ),
+        shape=_sequence_shape,
+        sizes=lambda o: _multiples(o, o["num_heads"]),
+        simple={"num_heads": 1},
+        wrong_ranks=(1, 4),
+        step=lambda o: int(o["num_heads"]),
+        args=_attention_args,
+        out=_joined,
         variants=(
-            Twin(id="mha-declared-kdim",
-                 lazy=lambda: lazynn.LazyMultiheadAttention(2, kdim=6, vdim=7),
-                 eager=lambda: nn.MultiheadAttention(8, 2, kdim=6, vdim=7),
-                 inputs=lambda: (torch.randn(5, 3, 8), torch.randn(4, 3, 6),
-                                 torch.randn(4, 3, 7)),
-                 checkpoint=True),
+            Twin(
+                id="mha-declared-kdim",
+                lazy=lambda: lazynn.LazyMultiheadAttention(2, kdim=6, vdim=7),
+                eager=lambda: nn.MultiheadAttention(8, 2, kdim=6, vdim=7),
+                inputs=lambda: (torch.randn(5, 3, 8), torch.randn(4, 3, 6), torch.randn(4, 3, 7)),
+                checkpoint=True,
+            ),
         ),
         materialize=(
-            Twin(id="mha", lazy=lambda: lazynn.LazyMultiheadAttention(2),
-                 eager=lambda: nn.MultiheadAttention(8, 2), inputs=lambda: (_X, _X, _X)),
-        )),
+            Twin(
+                id="mha",
+                lazy=lambda: lazynn.LazyMultiheadAttention(2),
+                eager=lambda: nn.MultiheadAttention(8, 2),
+                inputs=lambda: (_X, _X, _X),
+            ),
+        ),
+    ),
     # nn.Transformer warns (its encoder's nested-tensor fast path is off) unless batch_first,
     # not norm_first and an even nhead: the options stay within those
-    Row(lazy=lazynn.LazyTransformer, eager=nn.Transformer, inferred="d_model",
-        options=st.fixed_dictionaries({"nhead": st.sampled_from([2, 4]),
-                                       "num_encoder_layers": st.integers(1, 2),
-                                       "num_decoder_layers": st.integers(1, 2),
-                                       "dim_feedforward": st.integers(2, 8),
-                                       "dropout": st.sampled_from([0.0, 0.1]),
-                                       "activation": st.sampled_from(["relu", "gelu"]),
-                                       "batch_first": st.just(True)}),
-        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
-        simple={"nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
-                "dim_feedforward": 8, "dropout": 0.0, "batch_first": True},
-        wrong_ranks=(1, 4), step=lambda o: int(o["nhead"]),
+    Row(
+        lazy=lazynn.LazyTransformer,
+        eager=nn.Transformer,
+        inferred="d_model",
+        options=st.fixed_dictionaries(
+            {
+                "nhead": st.sampled_from([2, 4]),
+                "num_encoder_layers": st.integers(1, 2),
+                "num_decoder_layers": st.integers(1, 2),
+                "dim_feedforward": st.integers(2, 8),
+                "dropout": st.sampled_from([0.0, 0.1]),
+                "activation": st.sampled_from(["relu", "gelu"]),
+                "batch_first": st.just(True),
+            }
+        ),
+        shape=_sequence_shape,
+        sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={
+            "nhead": 2,
+            "num_encoder_layers": 1,
+            "num_decoder_layers": 1,
+            "dim_feedforward": 8,
+            "dropout": 0.0,
+            "batch_first": True,
+        },
+        wrong_ranks=(1, 4),
+        step=lambda o: int(o["nhead"]),
         args=lambda m, x: (x, x.tanh()),
         variants=(
             # a target sequence of another length than the source
-            Twin(id="transformer",
-                 lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=1,
-                                                     num_decoder_layers=1, dim_feedforward=16,
-                                                     dropout=0.0, batch_first=True),
-                 eager=lambda: nn.Transformer(8, 2, 1, 1, 16, 0.0, batch_first=True),
-                 inputs=lambda: (torch.randn(2, 3, 8), torch.randn(2, 4, 8))),
+            Twin(
+                id="transformer",
+                lazy=lambda: lazynn.LazyTransformer(
+                    nhead=2,
+                    num_encoder_layers=1,
+                    num_decoder_layers=1,
+                    dim_feedforward=16,
+                    dropout=0.0,
+                    batch_first=True,
+                ),
+                eager=lambda: nn.Transformer(8, 2, 1, 1, 16, 0.0, batch_first=True),
+                inputs=lambda: (torch.randn(2, 3, 8), torch.randn(2, 4, 8)),
+            ),
         ),
         materialize=(
-            Twin(id="transformer",
-                 lazy=lambda: lazynn.LazyTransformer(nhead=2, num_encoder_layers=2,
-                                                     num_decoder_layers=1, dim_feedforward=16),
-                 eager=lambda: nn.Transformer(8, 2, 2, 1, 16), inputs=lambda: (_X, _X)),
-        )),
-    Row(lazy=lazynn.LazyTransformerDecoderLayer, eager=nn.TransformerDecoderLayer,
+            Twin(
+                id="transformer",
+                lazy=lambda: lazynn.LazyTransformer(
+                    nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16
+                ),
+                eager=lambda: nn.Transformer(8, 2, 2, 1, 16),
+                inputs=lambda: (_X, _X),
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyTransformerDecoderLayer,
+        eager=nn.TransformerDecoderLayer,
         inferred="d_model",
-        options=st.fixed_dictionaries({"nhead": st.sampled_from([1, 2]),
-                                       "dim_feedforward": st.integers(2, 8),
-                                       "dropout": st.sampled_from([0.0, 0.1]),
-                                       "activation": st.sampled_from(["relu", "gelu"]),
-                                       "batch_first": st.booleans(),
-                                       "norm_first": st.booleans(),
-                                       "bias": st.booleans()}),
-        shape=_sequence_shape, sizes=lambda o: _multiples(o, o["nhead"]),
-        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0}, wrong_ranks=(1, 4),
-        size_of=_transformer_size, step=lambda o: int(o["nhead"]),
-        args=lambda m, x: (x, x.cos()), calls=_DECODER_CALLS,
+        options=st.fixed_dictionaries(
+            {
+                "nhead": st.sampled_from([1, 2]),
+                "dim_feedforward": st.integers(2, 8),
+                "dropout": st.sampled_from([0.0, 0.1]),
+                "activation": st.sampled_from(["relu", "gelu"]),
+                "batch_first": st.booleans(),
+                "norm_first": st.booleans(),
+                "bias": st.booleans(),
+            }
+        ),
+        shape=_sequence_shape,
+        sizes=lambda o: _multiples(o, o["nhead"]),
+        simple={"nhead": 1, "dim_feedforward": 8, "dropout": 0.0},
+        wrong_ranks=(1, 4),
+        size_of=_transformer_size,
+        step=lambda o: int(o["nhead"]),
+        args=lambda m, x: (x, x.cos()),
+        calls=_DECODER_CALLS,
         materialize=(
-            Twin(id="decoder-layer",
-                 lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, dim_feedforward=16),
-                 eager=lambda: nn.TransformerDecoderLayer(8, 2, 16), inputs=lambda: (_X, _X)),
-        )),
-    Row(lazy=lazynn.LazyBilinear, eager=nn.Bilinear, inferred="in1_features",
-        options=_linear_options(), shape=_linear_shape, sizes=_any_size,
-        simple={"out_features": 3}, wrong_ranks=(0,),
+            Twin(
+                id="decoder-layer",
+                lazy=lambda: lazynn.LazyTransformerDecoderLayer(2, dim_feedforward=16),
+                eager=lambda: nn.TransformerDecoderLayer(8, 2, 16),
+                inputs=lambda: (_X, _X),
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyBilinear,
+        eager=nn.Bilinear,
+        inferred="in1_features",
+        options=_linear_options(),
+        shape=_linear_shape,
+        sizes=_any_size,
+        simple={"out_features": 3},
+        wrong_ranks=(0,),
         args=lambda m, x: (x, _second_input(x)),
         eager_sizes=lambda o, c: {"in1_features": c, "in2_features": c + 1},
         calls=_BILINEAR_CALLS,
         materialize=(
-            Twin(id="bilinear", lazy=lambda: lazynn.LazyBilinear(3),
-                 eager=lambda: nn.Bilinear(8, 8, 3), inputs=lambda: (_X, _X)),
-        )),
-    Row(lazy=lazynn.LazyAdaptiveLogSoftmaxWithLoss, eager=nn.AdaptiveLogSoftmaxWithLoss,
-        inferred="in_features", options=_adaptive_options(), shape=_rows_shape,
-        sizes=_adaptive_sizes, simple={"n_classes": 8, "cutoffs": [4], "div_value": 2.0},
-        wrong_ranks=(0, 3), args=lambda m, x: (x, _targets(x, m.n_classes)), out=_joined,
-        rehearsable=False, calls=_ADAPTIVE_CALLS),
-    Row(lazy=lazynn.LazyLinearCrossEntropyLoss, eager=nn.LinearCrossEntropyLoss,
+            Twin(
+                id="bilinear",
+                lazy=lambda: lazynn.LazyBilinear(3),
+                eager=lambda: nn.Bilinear(8, 8, 3),
+                inputs=lambda: (_X, _X),
+            ),
+        ),
+    ),
+    Row(
+        lazy=lazynn.LazyAdaptiveLogSoftmaxWithLoss,
+        eager=nn.AdaptiveLogSoftmaxWithLoss,
         inferred="in_features",
-        options=st.fixed_dictionaries({"num_classes": st.integers(2, 6),
-                                       "bias": st.booleans(),
-                                       "out_features": st.sampled_from([(), (2,)]),
-                                       "reduction": st.sampled_from(["mean", "sum", "none"]),
-                                       "label_smoothing": st.sampled_from([0.0, 0.1])}),
-        shape=_rows_shape, sizes=_any_size, simple={"num_classes": 5}, wrong_ranks=(0, 3),
+        options=_adaptive_options(),
+        shape=_rows_shape,
+        sizes=_adaptive_sizes,
+        simple={"n_classes": 8, "cutoffs": [4], "div_value": 2.0},
+        wrong_ranks=(0, 3),
+        args=lambda m, x: (x, _targets(x, m.n_classes)),
+        out=_joined,
+        rehearsable=False,
+        calls=_ADAPTIVE_CALLS,
+    ),
+    Row(
+        lazy=lazynn.LazyLinearCrossEntropyLoss,
+        eager=nn.LinearCrossEntropyLoss,
+        inferred="in_features",
+        options=st.fixed_dictionaries(
+            {
+                "num_classes": st.integers(2, 6),
+                "bias": st.booleans(),
+                "out_features": st.sampled_from([(), (2,)]),
+                "reduction": st.sampled_from(["mean", "sum", "none"]),
+                "label_smoothing": st.sampled_from([0.0, 0.1]),
+            }
+        ),
+        shape=_rows_shape,
+        sizes=_any_size,
+        simple={"num_classes": 5},
+        wrong_ranks=(0, 3),
         size_of=lambda m: m.linear.in_features,
-        args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features))),
+        args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features)),
+    ),
 ]
 
 
@@ -782,29 +1074,75 @@ def _avg_pool_options(draw: st.DrawFn) -> Options:
     }
 
 
-def _agnostic(*, lazy: type[nn.Module], eager: type[nn.Module], rank: int, inferred: str,
-              options: st.SearchStrategy[Options], shape: Callable[..., tuple[int, ...]],
-              sizes: Callable[[Options], st.SearchStrategy[int]], simple: Options,
-              suffix: str = "", input_rank: int | None = None, **more: Any) -> Row:
+def _agnostic(
+    *,
+    lazy: type[nn.Module],
+    eager: type[nn.Module],
+    rank: int,
+    inferred: str,
+    options: st.SearchStrategy[Options],
+    shape: Callable[..., tuple[int, ...]],
+    sizes: Callable[[Options], st.SearchStrategy[int]],
+    simple: Options,
+    suffix: str = "",
+    input_rank: int | None = None,
+    **more: Any,
+) -> Row:
     """A row of a rank-agnostic layer, for inputs of one rank (``rank`` spatial dims; the
     input's rank ``input_rank``, by default ``rank + 2``): batched only; wrong ranks: 1 (no
     class takes it) and 6 (none takes it either)."""
-    return Row(lazy=lazy, eager=eager, inferred=inferred, options=options, shape=shape,
-               sizes=sizes, simple=simple, wrong_ranks=(1, 6),
-               name=f"{lazy.__name__}-{rank}d{suffix}",
-               input_rank=rank + 2 if input_rank is None else input_rank, **more)
+    return Row(
+        lazy=lazy,
+        eager=eager,
+        inferred=inferred,
+        options=options,
+        shape=shape,
+        sizes=sizes,
+        simple=simple,
+        wrong_ranks=(1, 6),
+        name=f"{lazy.__name__}-{rank}d{suffix}",
+        input_rank=rank + 2 if input_rank is None else input_rank,
+        **more,
+    )
 
 
 _OUTPUT_SIZE = st.fixed_dictionaries({"output_size": st.integers(1, 3)})
 # the class each rank-agnostic layer becomes, per number of spatial dimensions
 for _rank, _eagers in enumerate(
     [
-        (nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d, nn.InstanceNorm1d, nn.MaxPool1d,
-         nn.AvgPool1d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d, nn.Dropout1d),
-        (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.InstanceNorm2d, nn.MaxPool2d,
-         nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Dropout2d),
-        (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d, nn.InstanceNorm3d, nn.MaxPool3d,
-         nn.AvgPool3d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool3d, nn.Dropout3d),
+        (
+            nn.Conv1d,
+            nn.ConvTranspose1d,
+            nn.BatchNorm1d,
+            nn.InstanceNorm1d,
+            nn.MaxPool1d,
+            nn.AvgPool1d,
+            nn.AdaptiveAvgPool1d,
+            nn.AdaptiveMaxPool1d,
+            nn.Dropout1d,
+        ),
+        (
+            nn.Conv2d,
+            nn.ConvTranspose2d,
+            nn.BatchNorm2d,
+            nn.InstanceNorm2d,
+            nn.MaxPool2d,
+            nn.AvgPool2d,
+            nn.AdaptiveAvgPool2d,
+            nn.AdaptiveMaxPool2d,
+            nn.Dropout2d,
+        ),
+        (
+            nn.Conv3d,
+            nn.ConvTranspose3d,
+            nn.BatchNorm3d,
+            nn.InstanceNorm3d,
+            nn.MaxPool3d,
+            nn.AvgPool3d,
+            nn.AdaptiveAvgPool3d,
+            nn.AdaptiveMaxPool3d,
+            nn.Dropout3d,
+        ),
     ],
     start=1,
 ):
@@ -812,53 +1150,142 @@ for _rank, _eagers in enumerate(
     _norm = {"affine": True, "track_running_stats": True}
     _pool_shape = _conv_shape(_rank)
     ROWS += [
-        _agnostic(lazy=lazynn.Conv, eager=_conv, rank=_rank, inferred="in_channels",
-                  options=_conv_options(False), shape=_conv_shape(_rank), sizes=_groups_sizes,
-                  simple={"out_channels": 4, "kernel_size": 3}),
-        _agnostic(lazy=lazynn.ConvTranspose, eager=_conv_t, rank=_rank, inferred="in_channels",
-                  options=_conv_options(True), shape=_conv_shape(_rank), sizes=_groups_sizes,
-                  simple={"out_channels": 4, "kernel_size": 3}),
-        _agnostic(lazy=lazynn.BatchNorm, eager=_bn, rank=_rank, inferred="num_features",
-                  options=_norm_options(True), shape=_norm_shape(_rank + 2, False),
-                  sizes=_any_size, simple=_norm, checkpoint_builds=False),
-        _agnostic(lazy=lazynn.InstanceNorm, eager=_in, rank=_rank, inferred="num_features",
-                  options=_norm_options(False), shape=_norm_shape(_rank + 2, False),
-                  sizes=_any_size, simple=_norm, checkpoint_builds=False),
-        _agnostic(lazy=lazynn.MaxPool, eager=_max, rank=_rank, inferred="",
-                  options=_max_pool_options(), shape=_pool_shape, sizes=_any_size,
-                  simple={"kernel_size": 2}, out=_joined),
-        _agnostic(lazy=lazynn.AvgPool, eager=_avg, rank=_rank, inferred="",
-                  options=_avg_pool_options(), shape=_pool_shape, sizes=_any_size,
-                  simple={"kernel_size": 2}),
-        _agnostic(lazy=lazynn.AdaptiveAvgPool, eager=_aavg, rank=_rank, inferred="",
-                  options=_OUTPUT_SIZE, shape=_pool_shape, sizes=_any_size,
-                  simple={"output_size": 2}),
-        _agnostic(lazy=lazynn.AdaptiveMaxPool, eager=_amax, rank=_rank, inferred="",
-                  options=st.fixed_dictionaries({"output_size": st.integers(1, 3),
-                                                 "return_indices": st.booleans()}),
-                  shape=_pool_shape, sizes=_any_size, simple={"output_size": 2}, out=_joined),
+        _agnostic(
+            lazy=lazynn.Conv,
+            eager=_conv,
+            rank=_rank,
+            inferred="in_channels",
+            options=_conv_options(False),
+            shape=_conv_shape(_rank),
+            sizes=_groups_sizes,
+            simple={"out_channels": 4, "kernel_size": 3},
+        ),
+        _agnostic(
+            lazy=lazynn.ConvTranspose,
+            eager=_conv_t,
+            rank=_rank,
+            inferred="in_channels",
+            options=_conv_options(True),
+            shape=_conv_shape(_rank),
+            sizes=_groups_sizes,
+            simple={"out_channels": 4, "kernel_size": 3},
+        ),
+        _agnostic(
+            lazy=lazynn.BatchNorm,
+            eager=_bn,
+            rank=_rank,
+            inferred="num_features",
+            options=_norm_options(True),
+            shape=_norm_shape(_rank + 2, False),
+            sizes=_any_size,
+            simple=_norm,
+            checkpoint_builds=False,
+        ),
+        _agnostic(
+            lazy=lazynn.InstanceNorm,
+            eager=_in,
+            rank=_rank,
+            inferred="num_features",
+            options=_norm_options(False),
+            shape=_norm_shape(_rank + 2, False),
+            sizes=_any_size,
+            simple=_norm,
+            checkpoint_builds=False,
+        ),
+        _agnostic(
+            lazy=lazynn.MaxPool,
+            eager=_max,
+            rank=_rank,
+            inferred="",
+            options=_max_pool_options(),
+            shape=_pool_shape,
+            sizes=_any_size,
+            simple={"kernel_size": 2},
+            out=_joined,
+        ),
+        _agnostic(
+            lazy=lazynn.AvgPool,
+            eager=_avg,
+            rank=_rank,
+            inferred="",
+            options=_avg_pool_options(),
+            shape=_pool_shape,
+            sizes=_any_size,
+            simple={"kernel_size": 2},
+        ),
+        _agnostic(
+            lazy=lazynn.AdaptiveAvgPool,
+            eager=_aavg,
+            rank=_rank,
+            inferred="",
+            options=_OUTPUT_SIZE,
+            shape=_pool_shape,
+            sizes=_any_size,
+            simple={"output_size": 2},
+        ),
+        _agnostic(
+            lazy=lazynn.AdaptiveMaxPool,
+            eager=_amax,
+            rank=_rank,
+            inferred="",
+            options=st.fixed_dictionaries(
+                {"output_size": st.integers(1, 3), "return_indices": st.booleans()}
+            ),
+            shape=_pool_shape,
+            sizes=_any_size,
+            simple={"output_size": 2},
+            out=_joined,
+        ),
         # simple: p=0.0, so that separately called twins agree (the hypothesis options draw
         # p=0.5 too, where both draw the same mask)
-        _agnostic(lazy=lazynn.ChannelDropout, eager=_drop, rank=_rank, inferred="",
-                  options=st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
-                  shape=_pool_shape, sizes=_any_size, simple={"p": 0.0}),
+        _agnostic(
+            lazy=lazynn.ChannelDropout,
+            eager=_drop,
+            rank=_rank,
+            inferred="",
+            options=st.fixed_dictionaries({"p": st.sampled_from([0.0, 0.5])}),
+            shape=_pool_shape,
+            sizes=_any_size,
+            simple={"p": 0.0},
+        ),
     ]
 # BatchNorm1d takes (N, C) too
-ROWS.append(_agnostic(lazy=lazynn.BatchNorm, eager=nn.BatchNorm1d, rank=1,
-                      inferred="num_features", options=_norm_options(True),
-                      shape=_norm_shape(2, False), sizes=_any_size,
-                      simple={"affine": True, "track_running_stats": True}, suffix="-NC",
-                      input_rank=2, checkpoint_builds=False))
+ROWS.append(
+    _agnostic(
+        lazy=lazynn.BatchNorm,
+        eager=nn.BatchNorm1d,
+        rank=1,
+        inferred="num_features",
+        options=_norm_options(True),
+        shape=_norm_shape(2, False),
+        sizes=_any_size,
+        simple={"affine": True, "track_running_stats": True},
+        suffix="-NC",
+        input_rank=2,
+        checkpoint_builds=False,
+    )
+)
 
 #: rows whose layers accept an unbatched input
 UNBATCHED = {
     r.lazy
     for r in ROWS
-    if r.lazy.__name__.startswith(("LazyConv", "LazyInstance", "LazyRNN", "LazyGRU",
-                                   "LazyLSTM", "LazyTransformer", "LazyLayerNorm",
-                                   "LazyRMSNorm", "LazyMultiheadAttention", "LazyBilinear",
-                                   "LazyAdaptiveLogSoftmaxWithLoss",
-                                   "LazyLinearCrossEntropyLoss"))
+    if r.lazy.__name__.startswith(
+        (
+            "LazyConv",
+            "LazyInstance",
+            "LazyRNN",
+            "LazyGRU",
+            "LazyLSTM",
+            "LazyTransformer",
+            "LazyLayerNorm",
+            "LazyRMSNorm",
+            "LazyMultiheadAttention",
+            "LazyBilinear",
+            "LazyAdaptiveLogSoftmaxWithLoss",
+            "LazyLinearCrossEntropyLoss",
+        )
+    )
 }
 
 
@@ -882,8 +1309,9 @@ PARAMETER_ROWS = [r for r in ROWS if has_parameters(r)]
 TENSOR_ROWS = [r for r in ROWS if has_tensors(r)]
 
 
-def build_pair(row: Row, options: Options, size: int, seed: int = 0,
-               batched: bool = True) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+def build_pair(
+    row: Row, options: Options, size: int, seed: int = 0, batched: bool = True
+) -> tuple[nn.Module, nn.Module, torch.Tensor]:
     """(lazy after its first call, eager twin, input): both initialized under ``seed``."""
     x = row.input(options, size, batched)
     torch.manual_seed(seed)

@@ -98,7 +98,9 @@ def test_summary_reports_the_separate_projections_and_changes_nothing() -> None:
         s = lazynn.summary(model, q, k, v)
     row = next(r for r in s.rows if r.path == "attn")
     assert row.parameters == (
-        ("q_proj_weight", (8, 8)), ("k_proj_weight", (8, 6)), ("v_proj_weight", (8, 7)),
+        ("q_proj_weight", (8, 8)),
+        ("k_proj_weight", (8, 6)),
+        ("v_proj_weight", (8, 7)),
         ("in_proj_bias", (24,)),
     )
     assert lazynn.is_lazy(model.attn)

@@ -128,12 +128,18 @@ def test_eager_layer_changed_after_construction_is_kept_with_a_warning() -> None
 
 def test_builds_torch_lazy_modules_too() -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.LazyConv2d(4, 3), lazynn.LazyBatchNorm2d(), nn.Flatten(),
-                          nn.LazyLinear(5), lazynn.LazyLinear(2))
+    model = nn.Sequential(
+        nn.LazyConv2d(4, 3),
+        lazynn.LazyBatchNorm2d(),
+        nn.Flatten(),
+        nn.LazyLinear(5),
+        lazynn.LazyLinear(2),
+    )
     lazynn.build(model, (2, 3, 8, 8))
     torch.manual_seed(0)
-    eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(),
-                          nn.Linear(144, 5), nn.Linear(5, 2))
+    eager = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(144, 5), nn.Linear(5, 2)
+    )
     same_state(model, eager)
 
 
@@ -153,8 +159,9 @@ def test_keyword_and_nested_examples() -> None:
             self.a = lazynn.LazyLinear(2)
             self.b = lazynn.LazyLinear(2)
 
-        def forward(self, pair: tuple[torch.Tensor, torch.Tensor], *, scale: torch.Tensor
-                    ) -> torch.Tensor:
+        def forward(
+            self, pair: tuple[torch.Tensor, torch.Tensor], *, scale: torch.Tensor
+        ) -> torch.Tensor:
             return self.a(pair[0]) + self.b(pair[1]) * scale
 
     model = lazynn.build(Two(), ((4, 3), (4, 5)), scale=(4, 1))
@@ -169,11 +176,13 @@ def test_token_ids_need_a_long_spec() -> None:
 
 def test_dtype_argument_allocates_in_that_dtype() -> None:
     torch.manual_seed(0)
-    model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d()), (2, 3),
-                         dtype=torch.float64)
+    model = lazynn.build(
+        nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d()), (2, 3), dtype=torch.float64
+    )
     torch.manual_seed(0)
-    eager = nn.Sequential(nn.Linear(3, 4, dtype=torch.float64),
-                          nn.BatchNorm1d(4, dtype=torch.float64))
+    eager = nn.Sequential(
+        nn.Linear(3, 4, dtype=torch.float64), nn.BatchNorm1d(4, dtype=torch.float64)
+    )
     same_state(model, eager)
     assert model[1].num_batches_tracked.dtype == torch.int64
 

@@ -92,9 +92,7 @@ def digits_total() -> int:
 
 def nets_total(nets: Path) -> int:
     namespace = runpy.run_path(str(nets), run_name="nets_test")
-    return built_total(
-        namespace["two_inputs"], (2, 5), (2, 3), lazynn.Spec((2, 7), torch.long)
-    )
+    return built_total(namespace["two_inputs"], (2, 5), (2, 3), lazynn.Spec((2, 7), torch.long))
 
 
 def assert_one_line_error(code: int, out: str, err: str, *fragments: str) -> None:
@@ -125,11 +123,17 @@ def test_main_digits(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mon
     assert out == str(lazynn.summary(namespace["make_model"](), (2, 1, 8, 8))) + "\n"
 
 
-def test_main_several_inputs_and_long(
-    capsys: pytest.CaptureFixture[str], nets: Path
-) -> None:
-    argv = ["summary", f"{nets}:two_inputs", "--input", "2x5", "--input", "2x3",
-            "--input", "2x7:long"]
+def test_main_several_inputs_and_long(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    argv = [
+        "summary",
+        f"{nets}:two_inputs",
+        "--input",
+        "2x5",
+        "--input",
+        "2x3",
+        "--input",
+        "2x7:long",
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert err == ""
@@ -154,22 +158,34 @@ def test_main_dtype(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
 
 
 ERRORS = {
-    "missing file": (["examples/no_such_file.py:make_model", "--input", "2x3"],
-                     ["no such file", "no_such_file.py"]),
+    "missing file": (
+        ["examples/no_such_file.py:make_model", "--input", "2x3"],
+        ["no such file", "no_such_file.py"],
+    ),
     "no factory name": (["{nets}", "--input", "2x3"], ["FILE.py:FACTORY", "nets.py"]),
-    "missing factory": (["{nets}:no_such_factory", "--input", "2x3"],
-                        ["'no_such_factory'", "two_inputs"]),
+    "missing factory": (
+        ["{nets}:no_such_factory", "--input", "2x3"],
+        ["'no_such_factory'", "two_inputs"],
+    ),
     "bad shape": (["{nets}:tiny", "--input", "2xax3"], ["--input", "'2xax3'"]),
     "negative dimension": (["{nets}:tiny", "--input", "2x-1"], ["'2x-1'"]),
     "bad input dtype": (["{nets}:tiny", "--input", "2x5:foo"], ["'foo'"]),
-    "bad --dtype": (["{nets}:tiny", "--input", "2x5", "--dtype", "float99"],
-                    ["--dtype", "'float99'"]),
-    "integer --dtype": (["{nets}:tiny", "--input", "2x5", "--dtype", "int64"],
-                        ["--dtype", "floating-point", "'int64'"]),
-    "failing model": (["{nets}:broken", "--input", "1x3x2x2"],
-                      ["LazyConv2d at '0'", "(1, 3, 2, 2)"]),
-    "failing model, float16": (["{nets}:broken", "--input", "1x3x2x2", "--dtype", "float16"],
-                               ["LazyConv2d at '0'", "(1, 3, 2, 2)"]),
+    "bad --dtype": (
+        ["{nets}:tiny", "--input", "2x5", "--dtype", "float99"],
+        ["--dtype", "'float99'"],
+    ),
+    "integer --dtype": (
+        ["{nets}:tiny", "--input", "2x5", "--dtype", "int64"],
+        ["--dtype", "floating-point", "'int64'"],
+    ),
+    "failing model": (
+        ["{nets}:broken", "--input", "1x3x2x2"],
+        ["LazyConv2d at '0'", "(1, 3, 2, 2)"],
+    ),
+    "failing model, float16": (
+        ["{nets}:broken", "--input", "1x3x2x2", "--dtype", "float16"],
+        ["LazyConv2d at '0'", "(1, 3, 2, 2)"],
+    ),
     "not a module": (["{nets}:not_a_module", "--input", "2"], ["returned int", "nn.Module"]),
     "factory raises": (["{nets}:raises", "--input", "2"], ["raises()", "bad config"]),
     "file raises": (["{crashes}:make", "--input", "2"], ["crashes.py", "fails at import"]),
@@ -239,9 +255,7 @@ def test_command_digits(runs: dict[str, tuple[int, str, str]]) -> None:
 
 
 @pytest.mark.slow
-def test_command_several_inputs_and_long(
-    runs: dict[str, tuple[int, str, str]], nets: Path
-) -> None:
+def test_command_several_inputs_and_long(runs: dict[str, tuple[int, str, str]], nets: Path) -> None:
     code, out, err = runs["several"]
     assert code == 0, err
     assert out.splitlines()[0] == "TwoInputs: input [2, 5], [2, 3], [2, 7] int64 -> output [2, 4]"
@@ -269,8 +283,14 @@ def test_file_can_import_its_neighbours(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_a_shape_too_large_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["summary", "examples/digits.py:make_model", "--input",
-                   "99999999999999x99999999999x999999x99999"])
+    status = main(
+        [
+            "summary",
+            "examples/digits.py:make_model",
+            "--input",
+            "99999999999999x99999999999x999999x99999",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2
     assert len(err.strip().splitlines()) == 1

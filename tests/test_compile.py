@@ -205,9 +205,7 @@ def test_compile_counts_one_frame_across_build_and_later_calls() -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "mode", ["dynamic=True", "mark_dynamic"]
-)
+@pytest.mark.parametrize("mode", ["dynamic=True", "mark_dynamic"])
 @pytest.mark.parametrize("kind", ["net", "linear"])
 def test_compile_dynamic_batch_on_unbuilt_model(mode: str, kind: str) -> None:
     """The first call builds; a second batch size runs in the same compiled model.

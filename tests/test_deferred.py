@@ -157,8 +157,11 @@ def test_unreached_layers_wait_and_the_forward_still_runs() -> None:
     class TwoHeads(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.body, self.head, self.aux = (lazynn.LazyLinear(4), lazynn.LazyLinear(2),
-                                              lazynn.LazyLinear(1))
+            self.body, self.head, self.aux = (
+                lazynn.LazyLinear(4),
+                lazynn.LazyLinear(2),
+                lazynn.LazyLinear(1),
+            )
 
         def forward(self, x: torch.Tensor, aux: bool = False) -> torch.Tensor:
             h = self.body(x)

@@ -104,8 +104,7 @@ def test_compile_fullgraph_builds_nested_lazy_layers() -> None:
     assert [type(m) for m in model.modules()] == [type(m) for m in eager.modules()]
     assert not any(is_unbuilt(m) or m._forward_pre_hooks for m in model.modules())
     assert not lazynn.is_lazy(model)
-    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
-                                 strict=True):
+    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(), strict=True):
         assert type(p) is nn.Parameter, name
         assert torch.equal(p, q), name  # built eagerly under the same seed: bit-equal
     # Inductor may fuse and reorder float math, so the outputs (and the running statistics
@@ -258,12 +257,16 @@ def test_direct_forward_call_is_refused_clearly(row: Row) -> None:
 def test_pre_hook_reshaping_input_runs_before_build(with_kwargs: bool) -> None:
     layer = lazynn.LazyLinear(3)
     if with_kwargs:
-        def hook(module: nn.Module, args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
             return (args[0].flatten(1),), kwargs
     else:
+
         def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:  # type: ignore[misc]
             return (args[0].flatten(1),)
+
     layer.register_forward_pre_hook(hook, with_kwargs=with_kwargs)
     n, c, h, w = 2, 3, 4, 5
     y = layer(torch.randn(n, c, h, w))
@@ -303,4 +306,3 @@ def test_func_grad_over_functional_call_first_call(row: Row) -> None:
         assert grads.keys() == expected.keys()
         for name in expected:
             assert torch.equal(grads[name], expected[name]), name
-

@@ -19,10 +19,10 @@ from registry import ROWS, UNBATCHED, Row
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
 @settings(max_examples=12, deadline=None)
-@given(data=st.data(), seed=st.integers(0, 2**31 - 1), train=st.booleans(),
-       batched=st.booleans())
-def test_lazy_equals_eager(row: Row, data: st.DataObject, seed: int, train: bool,
-                           batched: bool) -> None:
+@given(data=st.data(), seed=st.integers(0, 2**31 - 1), train=st.booleans(), batched=st.booleans())
+def test_lazy_equals_eager(
+    row: Row, data: st.DataObject, seed: int, train: bool, batched: bool
+) -> None:
     options = data.draw(row.options, label="options")
     size = data.draw(row.sizes(options), label=row.inferred)
     batched = batched or row.lazy not in UNBATCHED
@@ -42,8 +42,7 @@ def test_lazy_equals_eager(row: Row, data: st.DataObject, seed: int, train: bool
     y_lazy.sum().backward()
     y_eager.sum().backward()
     # a parameter the forward did not use (a cluster no target fell in) has no gradient
-    for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(),
-                                 strict=True):
+    for (name, p), (_, q) in zip(lazy.named_parameters(), eager.named_parameters(), strict=True):
         assert (p.grad is None) == (q.grad is None), name
         if q.grad is not None:
             assert torch.equal(p.grad, q.grad), name

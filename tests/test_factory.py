@@ -46,10 +46,14 @@ LazyGate = lazynn.lazy(Gate, features=lazynn.Infer(dim=-1))
 LazyPlain = lazynn.lazy(Plain, width=lazynn.Infer(dim=-1))
 
 
-@pytest.mark.parametrize(("lazy", "eager", "kwargs"), [
-    (LazyGate, Gate, {"scale": 2.0}),
-    (LazyPlain, Plain, {"out": 3}),
-], ids=["factory-kwargs", "no-factory-kwargs"])
+@pytest.mark.parametrize(
+    ("lazy", "eager", "kwargs"),
+    [
+        (LazyGate, Gate, {"scale": 2.0}),
+        (LazyPlain, Plain, {"out": 3}),
+    ],
+    ids=["factory-kwargs", "no-factory-kwargs"],
+)
 def test_lazy_class_equals_eager_after_first_call(lazy, eager, kwargs) -> None:  # type: ignore[no-untyped-def]
     x = torch.randn(4, 5)
     torch.manual_seed(0)
@@ -133,13 +137,16 @@ def test_a_torch_layer_in_one_line() -> None:
     assert torch.equal(y, eager(x))
 
 
-@pytest.mark.parametrize(("args", "kwargs", "error", "text"), [
-    ((int,), {"x": lazynn.Infer()}, TypeError, "nn.Module subclass"),
-    ((Gate,), {}, ValueError, "name the constructor arguments"),
-    ((Gate,), {"width": lazynn.Infer()}, ValueError, "unknown \\['width'\\]"),
-    ((nn.LSTM,), {"input_size": lazynn.Infer()}, ValueError, "cannot see"),
-    ((Gate,), {"features": -1}, TypeError, "must be a lazynn.Infer"),
-])
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "text"),
+    [
+        ((int,), {"x": lazynn.Infer()}, TypeError, "nn.Module subclass"),
+        ((Gate,), {}, ValueError, "name the constructor arguments"),
+        ((Gate,), {"width": lazynn.Infer()}, ValueError, "unknown \\['width'\\]"),
+        ((nn.LSTM,), {"input_size": lazynn.Infer()}, ValueError, "cannot see"),
+        ((Gate,), {"features": -1}, TypeError, "must be a lazynn.Infer"),
+    ],
+)
 def test_declaration_errors(args, kwargs, error, text) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=text):
         lazynn.lazy(*args, **kwargs)

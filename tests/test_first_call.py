@@ -585,3 +585,41 @@ def test_a_call_from_another_thread_during_a_rehearsal_is_refused_clearly() -> N
     assert isinstance(results[0], lazynn.Summary), results[0]
     assert lazynn.is_lazy(model)
     assert model(torch.ones(2, 4)).shape == (2, 2)  # after the rehearsal, the model works
+
+
+def test_remembered_layouts_share_nothing_mutable_between_layers() -> None:
+    # The second layer of a configuration copies the first one's meta layout: each must still
+    # have its own containers, hooks and tensors.
+    from lazynn._construct import new
+
+    first, second = lazynn.LazyConv2d(8, 3, padding=1), lazynn.LazyConv2d(8, 3, padding=1)
+    for key, value in first.__dict__.items():
+        if isinstance(value, (dict, set, list)) and key != "_lazynn":
+            assert second.__dict__[key] is not value, key
+    first._non_persistent_buffers_set.add("x")
+    assert not second._non_persistent_buffers_set
+    first.register_forward_hook(lambda *a: None)
+    assert not second._forward_hooks
+    kwargs = {"in_features": 3, "out_features": 2}
+    a, b = new(nn.Linear, kwargs, "meta", None), new(nn.Linear, kwargs, "meta", None)
+    assert a.weight is not b.weight
+    assert a._parameters is not b._parameters
+    a.weight.requires_grad_(False)
+    assert b.weight.requires_grad
+    assert new(nn.Linear, kwargs, "meta", None).weight.requires_grad
+    # (1 and True are different arguments: eager keeps what it was given)
+    assert lazynn.LazyBatchNorm1d(affine=True).affine is True
+    assert type(lazynn.LazyBatchNorm1d(affine=1).affine) is int
+
+
+def test_a_class_of_the_users_own_is_laid_out_by_its_own_init_every_time() -> None:
+    made: list[int] = []
+
+    class Counting(nn.Linear):
+        def __init__(self, in_features: int, out_features: int) -> None:
+            made.append(in_features)
+            super().__init__(in_features, out_features)
+
+    LazyCounting = lazynn.lazy(Counting, in_features=lazynn.Infer(dim=-1))
+    LazyCounting(out_features=2), LazyCounting(out_features=2)
+    assert len(made) == 2

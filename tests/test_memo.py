@@ -30,8 +30,10 @@ def learnt(model: nn.Module, r: Rehearsal) -> dict[str, object]:
     return {
         "calls": {p: (c.inputs, c.outputs) for p, c in r.calls.items()},
         "types": r.types,
-        "tensors": {p: [(i.name, i.shape, i.dtype, i.requires_grad) for i in t]
-                    for p, t in r.tensors.items()},
+        "tensors": {
+            p: [(i.name, i.shape, i.dtype, i.requires_grad) for i in t]
+            for p, t in r.tensors.items()
+        },
         "sizes": {paths[id(m)]: s for m, s in r.sizes.items()},
         "unreached": r.unreached,
     }

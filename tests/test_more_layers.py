@@ -178,8 +178,7 @@ def assert_retry_equals_eager(form: CallForm, lazy: nn.Module, seed: int, good: 
 
 
 @pytest.mark.parametrize(("row", "form", "bad"), BAD, ids=[b.id for _, _, b in BAD])
-def test_bad_first_input_is_refused_and_changes_nothing(row: Row, form: CallForm,
-                                                         bad: Bad) -> None:
+def test_bad_first_input_is_refused_and_changes_nothing(row: Row, form: CallForm, bad: Bad) -> None:
     good = inputs_of(form)  # drawn before the seed below
     torch.manual_seed(7)
     bad_args, bad_kwargs = bad.inputs()

@@ -225,9 +225,7 @@ def test_every_layer_trains(row: Row, make: Callable[[nn.Module], torch.optim.Op
     results = []
     for build_lazy in (True, False):
         torch.manual_seed(0)
-        model = (
-            row.lazy(**row.simple) if build_lazy else row.new_eager(row.simple, row.simple_size)
-        )
+        model = row.lazy(**row.simple) if build_lazy else row.new_eager(row.simple, row.simple_size)
         optimizer = make(model)
         for _ in range(3):
             optimizer.zero_grad()

@@ -275,9 +275,7 @@ def unbuilt_repr(row: Row, options: dict[str, Any]) -> str:
     sentinel, and what a layer computes from it: an adaptive softmax's tail sizes), and the
     lazy name. The numbers the size decides are those that differ with another sentinel."""
     sentinels = [977 * row.step(options), 1949 * row.step(options)]
-    texts = [
-        repr(row.new_eager(options, sentinel, device="meta")) for sentinel in sentinels
-    ]
+    texts = [repr(row.new_eager(options, sentinel, device="meta")) for sentinel in sentinels]
     # once for a flat layer; a composite one (TransformerEncoderLayer) shows the size in
     # each child it reaches (in_features, LayerNorm's shape...): each of them is unknown
     count = texts[0].count(str(sentinels[0]))

@@ -64,19 +64,37 @@ def test_repr_copies_pickle_and_direct_forward() -> None:
 
 def test_build_and_summary_choose_the_same_classes() -> None:
     def model() -> nn.Sequential:
-        return nn.Sequential(lazynn.Conv(4, 3), lazynn.BatchNorm(), nn.ReLU(), lazynn.MaxPool(2),
-                             lazynn.ChannelDropout(0.1), nn.Flatten(), lazynn.LazyLinear(2))
+        return nn.Sequential(
+            lazynn.Conv(4, 3),
+            lazynn.BatchNorm(),
+            nn.ReLU(),
+            lazynn.MaxPool(2),
+            lazynn.ChannelDropout(0.1),
+            nn.Flatten(),
+            lazynn.LazyLinear(2),
+        )
 
     summary = lazynn.summary(model(), (2, 3, 10, 10))
     assert [r.type for r in summary.rows[1:6]] == [
-        "Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "Dropout2d"]
+        "Conv2d",
+        "BatchNorm2d",
+        "ReLU",
+        "MaxPool2d",
+        "Dropout2d",
+    ]
     torch.manual_seed(0)
     built = lazynn.build(model(), (2, 3, 10, 10))
     torch.manual_seed(0)
-    eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Dropout2d(0.1), nn.Flatten(), nn.Linear(64, 2))
+    eager = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout2d(0.1),
+        nn.Flatten(),
+        nn.Linear(64, 2),
+    )
     assert [type(m) for m in built] == [type(m) for m in eager]
     assert summary.total_parameters == sum(p.numel() for p in built.parameters())
-    for (k, a), (_, b) in zip(built.state_dict().items(), eager.state_dict().items(),
-                              strict=True):
+    for (k, a), (_, b) in zip(built.state_dict().items(), eager.state_dict().items(), strict=True):
         assert torch.equal(a, b), k

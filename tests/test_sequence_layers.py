@@ -50,7 +50,6 @@ def test_equals_eager_after_first_call(row: Row, variant: Twin) -> None:
         assert torch.equal(a, b)
 
 
-
 @pytest.mark.parametrize("variant", [v for _, v in VARIANTS if v.checkpoint], ids=lambda v: v.id)
 def test_checkpoint_builds_an_unbuilt_twin(variant: Twin) -> None:
     """(The others' checkpoints are the registry rows' LSTM and Transformer ones.)"""
@@ -78,8 +77,16 @@ def test_build_of_a_recurrent_tagger() -> None:
     torch.manual_seed(0)
     model = lazynn.build(Tagger(), lazynn.Spec((2, 7), torch.long))
     torch.manual_seed(0)
-    emb, lstm, norm, head = nn.Embedding(20, 6), nn.LSTM(6, 8, batch_first=True), \
-        nn.LayerNorm(8), nn.Linear(8, 3)
-    for mine, theirs in ((model.emb, emb), (model.lstm, lstm), (model.norm, norm),
-                         (model.head, head)):
+    emb, lstm, norm, head = (
+        nn.Embedding(20, 6),
+        nn.LSTM(6, 8, batch_first=True),
+        nn.LayerNorm(8),
+        nn.Linear(8, 3),
+    )
+    for mine, theirs in (
+        (model.emb, emb),
+        (model.lstm, lstm),
+        (model.norm, norm),
+        (model.head, head),
+    ):
         assert_same_module(mine, theirs)

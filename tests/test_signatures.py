@@ -39,8 +39,9 @@ def eager_signature(cls: type[nn.Module]) -> inspect.Signature:
     get_overloads = getattr(typing, "get_overloads", None)
     if get_overloads is None:  # Python < 3.11
         pytest.skip(f"typing.get_overloads is needed to read nn.{cls.__name__}'s signature")
-    explicit = [o for o in get_overloads(cls.__init__) if "args" not in inspect.signature(o)
-                .parameters]
+    explicit = [
+        o for o in get_overloads(cls.__init__) if "args" not in inspect.signature(o).parameters
+    ]
     assert len(explicit) == 1, cls
     overload = inspect.signature(explicit[0])
     return overload.replace(parameters=list(overload.parameters.values())[1:])  # no self
@@ -286,7 +287,7 @@ ALTERNATIVES: dict[type[nn.Module], Settings] = {
         "options": [{"options": nn.LinearCrossEntropyOptions()}],
     },
 }
-for _ranked in (lazynn.MaxPool.by_rank.values()):
+for _ranked in lazynn.MaxPool.by_rank.values():
     ALTERNATIVES[_ranked] = {
         "kernel_size": [{"kernel_size": 3}],
         "stride": [{"stride": 1}, {"stride": 3}],
@@ -295,7 +296,7 @@ for _ranked in (lazynn.MaxPool.by_rank.values()):
         "return_indices": [{"return_indices": True}],
         "ceil_mode": [{"ceil_mode": True, "stride": 3}],
     }
-for _ranked in (lazynn.AvgPool.by_rank.values()):
+for _ranked in lazynn.AvgPool.by_rank.values():
     ALTERNATIVES[_ranked] = {
         "kernel_size": [{"kernel_size": 3}],
         "stride": [{"stride": 1}, {"stride": 3}],
@@ -305,8 +306,7 @@ for _ranked in (lazynn.AvgPool.by_rank.values()):
     }
     if "divisor_override" in inspect.signature(_ranked).parameters:  # 2d and 3d
         ALTERNATIVES[_ranked]["divisor_override"] = [{"divisor_override": 3}]
-for _ranked in (*lazynn.AdaptiveAvgPool.by_rank.values(),
-                *lazynn.AdaptiveMaxPool.by_rank.values()):
+for _ranked in (*lazynn.AdaptiveAvgPool.by_rank.values(), *lazynn.AdaptiveMaxPool.by_rank.values()):
     ALTERNATIVES[_ranked] = {"output_size": [{"output_size": 1}, {"output_size": 3}]}
     if "return_indices" in inspect.signature(_ranked).parameters:
         ALTERNATIVES[_ranked]["return_indices"] = [{"return_indices": True}]
@@ -442,11 +442,9 @@ POSITIONAL: dict[type[nn.Module], tuple[Any, ...]] = {
     nn.RMSNorm: (1e-3, False, "cpu", torch.float64),
     # nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
     # bias
-    nn.TransformerEncoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu",
-                                 torch.float64),
+    nn.TransformerEncoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu", torch.float64),
     # the same, for the decoder layer
-    nn.TransformerDecoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu",
-                                 torch.float64),
+    nn.TransformerDecoderLayer: (2, 6, 0.0, "gelu", 1e-3, True, True, False, "cpu", torch.float64),
     # hidden_size, num_layers, nonlinearity, bias, batch_first, dropout, bidirectional
     nn.RNN: (5, 2, "relu", False, True, 0.5, True, "cpu", torch.float64),
     # hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size
@@ -460,8 +458,22 @@ POSITIONAL: dict[type[nn.Module], tuple[Any, ...]] = {
     # nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout, activation,
     # custom_encoder, custom_decoder (None: see ALTERNATIVES), layer_norm_eps, batch_first,
     # norm_first, bias
-    nn.Transformer: (4, 2, 1, 6, 0.5, "gelu", None, None, 1e-3, True, True, False, "cpu",
-                     torch.float64),
+    nn.Transformer: (
+        4,
+        2,
+        1,
+        6,
+        0.5,
+        "gelu",
+        None,
+        None,
+        1e-3,
+        True,
+        True,
+        False,
+        "cpu",
+        torch.float64,
+    ),
     # out_features, bias
     nn.Bilinear: (5, False, "cpu", torch.float64),
     # n_classes, cutoffs, div_value, head_bias
@@ -542,9 +554,7 @@ def test_every_option_is_accepted_by_position(row: Row) -> None:
         names = [n for n in names if n in eager_names]
     assert len(positional) == len(names)
     # a dtype the layer takes by keyword only (LinearCrossEntropyLoss), by keyword
-    keywords = {
-        n: torch.float64 for n, k, _ in signature if n == "dtype" and k is k.KEYWORD_ONLY
-    }
+    keywords = {n: torch.float64 for n, k, _ in signature if n == "dtype" and k is k.KEYWORD_ONLY}
     lazy, eager, x, y_lazy, y_eager = build_both(row, keywords, positional)
     if any(n == "dtype" for n, _, _ in signature):  # (the pools and ChannelDropout take none)
         assert x.dtype == torch.float64

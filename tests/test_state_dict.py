@@ -36,7 +36,10 @@ def without_tensors(row: Row) -> dict[str, Any]:
     layers that take them (GroupNorm takes no track_running_stats: it keeps no statistics)."""
     names = inspect.signature(row.lazy).parameters
     options = {
-        **row.simple, "affine": False, "track_running_stats": False, "elementwise_affine": False
+        **row.simple,
+        "affine": False,
+        "track_running_stats": False,
+        "elementwise_affine": False,
     }
     return {k: v for k, v in options.items() if k in names}
 

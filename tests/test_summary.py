@@ -44,8 +44,9 @@ class Fingerprint:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.lazy = lazynn.is_lazy(model)
-        self.modules = [(p, m, type(m), m.training, dict(vars(m))) for p, m in
-                        model.named_modules()]
+        self.modules = [
+            (p, m, type(m), m.training, dict(vars(m))) for p, m in model.named_modules()
+        ]
         self.containers = [
             (p, name, value, dict(value) if isinstance(value, dict) else set(value))
             for p, m in model.named_modules()
@@ -53,17 +54,27 @@ class Fingerprint:
             if isinstance(value, (dict, set))
         ]
         self.tensors = [
-            (p, name, t) for p, m in model.named_modules()
+            (p, name, t)
+            for p, m in model.named_modules()
             for name, t in (*m._parameters.items(), *m._buffers.items())
         ]
         self.placeholders = [
-            (t, type(t), _raw(t).dtype, _raw(t).device, _raw(t).shape, t.requires_grad,
-             dict(t.__dict__))
-            for _, _, t in self.tensors if t is not None and is_placeholder(t)
+            (
+                t,
+                type(t),
+                _raw(t).dtype,
+                _raw(t).device,
+                _raw(t).shape,
+                t.requires_grad,
+                dict(t.__dict__),
+            )
+            for _, _, t in self.tensors
+            if t is not None and is_placeholder(t)
         ]
         self.values = [
             (t, t.detach().clone(), t.requires_grad, t.device)
-            for _, _, t in self.tensors if t is not None and not is_placeholder(t)
+            for _, _, t in self.tensors
+            if t is not None and not is_placeholder(t)
         ]
         self.rng = torch.get_rng_state()
         self.grad = torch.is_grad_enabled()
@@ -156,8 +167,12 @@ def first_call_shapes(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> dic
 def frozen_mixed() -> nn.Module:
     """A frozen unbuilt lazy layer, a trainable lazy one, a frozen eager one, torch's lazy BN."""
     model = nn.Sequential(
-        lazynn.LazyLinear(6), nn.ReLU(), lazynn.LazyLinear(5), nn.Linear(5, 4),
-        nn.LazyBatchNorm1d(), nn.LazyLinear(3),
+        lazynn.LazyLinear(6),
+        nn.ReLU(),
+        lazynn.LazyLinear(5),
+        nn.Linear(5, 4),
+        nn.LazyBatchNorm1d(),
+        nn.LazyLinear(3),
     )
     model[0].requires_grad_(False)
     model[3].requires_grad_(False)
@@ -379,13 +394,24 @@ def test_row_data_of_lazy_cnn() -> None:
     s = lazynn.summary(lazy_cnn(), IMAGE)
     assert s.model_type == "Sequential"
     assert [(r.path, r.depth) for r in s.rows] == [
-        ("", 0), ("features", 1), ("features.0", 2), ("features.1", 2), ("features.2", 2),
-        ("features.3", 2), ("flatten", 1), ("classifier", 1),
+        ("", 0),
+        ("features", 1),
+        ("features.0", 2),
+        ("features.1", 2),
+        ("features.2", 2),
+        ("features.3", 2),
+        ("flatten", 1),
+        ("classifier", 1),
     ]
     assert [(r.type, r.lazy_type) for r in s.rows] == [
-        ("Sequential", None), ("Sequential", None), ("Conv2d", "LazyConv2d"),
-        ("BatchNorm2d", "LazyBatchNorm2d"), ("ReLU", None), ("MaxPool2d", None),
-        ("Flatten", None), ("Linear", "LazyLinear"),
+        ("Sequential", None),
+        ("Sequential", None),
+        ("Conv2d", "LazyConv2d"),
+        ("BatchNorm2d", "LazyBatchNorm2d"),
+        ("ReLU", None),
+        ("MaxPool2d", None),
+        ("Flatten", None),
+        ("Linear", "LazyLinear"),
     ]
     conv = s.rows[2]
     f32 = torch.float32
@@ -492,19 +518,36 @@ def test_render_of_hand_made_summary() -> None:
     rows = (
         lazynn.SummaryRow("", 0, "Net", None, (((1, 4), f32),), (((1, 2), f16),), (), 0, 0, 0),
         lazynn.SummaryRow(
-            "body.fc", 2, "Linear", "LazyLinear", (((1, 4), f32),), (((1, 2), f16),),
-            (("weight", (2, 4)),), 1_234_567, 1_000_000, 3 * 1024 * 1024,
+            "body.fc",
+            2,
+            "Linear",
+            "LazyLinear",
+            (((1, 4), f32),),
+            (((1, 2), f16),),
+            (("weight", (2, 4)),),
+            1_234_567,
+            1_000_000,
+            3 * 1024 * 1024,
         ),
     )
-    s = lazynn.Summary("Net", rows, 1_234_567, 1_000_000, 3 * 1024 * 1024, 1023,
-                       (((1, 4), f32),), (((1, 2), f16),))
+    s = lazynn.Summary(
+        "Net", rows, 1_234_567, 1_000_000, 3 * 1024 * 1024, 1023, (((1, 4), f32),), (((1, 2), f16),)
+    )
     lines = render(s).splitlines()
     assert lines[0] == "Net: input [1, 4] -> output [1, 2] float16"
     rule = lines[1]
     assert set(rule) == {"="}
     assert lines[3] == lines[-1] == lines[-8] == rule
     assert lines[2].split() == [
-        "Module", "(type)", "Input", "shape", "Output", "shape", "Param", "shapes", "Params",
+        "Module",
+        "(type)",
+        "Input",
+        "shape",
+        "Output",
+        "shape",
+        "Param",
+        "shapes",
+        "Params",
         "Bytes",
     ]
     assert lines[4].split() == ["Net", "[1,", "4]", "[1,", "2]", "float16", "--", "--", "--"]
@@ -525,8 +568,9 @@ def test_render_of_hand_made_summary() -> None:
 
 
 def test_failure_in_a_lazy_layer_names_it_and_changes_nothing() -> None:
-    model = nn.Sequential(nn.Sequential(lazynn.LazyConv2d(4, 5)), nn.Flatten(),
-                          lazynn.LazyLinear(2))
+    model = nn.Sequential(
+        nn.Sequential(lazynn.LazyConv2d(4, 5)), nn.Flatten(), lazynn.LazyLinear(2)
+    )
     fingerprint = Fingerprint(model)
     with pytest.raises(lazynn.InferenceError, match=r"LazyConv2d at '0\.0'.*\(2, 3, 2, 2\)"):
         lazynn.summary(model, (2, 3, 2, 2))
@@ -547,8 +591,9 @@ def test_failure_in_an_eager_layer_names_it_and_changes_nothing() -> None:
 def test_failure_in_a_built_model() -> None:
     model = lazynn.build(lazy_cnn(), IMAGE)
     fingerprint = Fingerprint(model)
-    with pytest.raises(lazynn.InferenceError,
-                       match=r"Conv2d at 'features\.0'.*\(2, 4, 8, 8\) float32"):
+    with pytest.raises(
+        lazynn.InferenceError, match=r"Conv2d at 'features\.0'.*\(2, 4, 8, 8\) float32"
+    ):
         lazynn.summary(model, (2, 4, 8, 8))
     fingerprint.assert_unchanged()
 

@@ -142,8 +142,10 @@ def _dynamo_source(relative: str) -> str:
     ("relative", "names"),
     [
         ("eval_frame.py", ["_initialize_hook", "_infer_parameters", "_call_lazy_check"]),
-        ("variables/nn_module.py",
-         ["_initialize_hook", "_infer_parameters", "cls_to_become", "is_lazy_module"]),
+        (
+            "variables/nn_module.py",
+            ["_initialize_hook", "_infer_parameters", "cls_to_become", "is_lazy_module"],
+        ),
         ("utils.py", ["def is_lazy_module", "LazyModuleMixin"]),
     ],
 )
@@ -162,16 +164,23 @@ def test_dynamo_is_lazy_module_keys_on_torchs_mixin() -> None:
 # --- torch's LazyModuleMixin is fully overridden ----------------------------------------------
 
 _TORCH_MIXIN_CALLABLES = sorted(
-    name for name, value in vars(TorchLazyModuleMixin).items()
+    name
+    for name, value in vars(TorchLazyModuleMixin).items()
     if callable(value) and not isinstance(value, type)
 )
 
 
 def test_torch_mixin_has_the_expected_methods() -> None:
     # A sanity check on the list below: if torch adds a method, the next test covers it too.
-    assert {"__init__", "_infer_parameters", "initialize_parameters",
-            "has_uninitialized_params", "_replicate_for_data_parallel",
-            "_save_to_state_dict", "_lazy_load_hook"} <= set(_TORCH_MIXIN_CALLABLES)
+    assert {
+        "__init__",
+        "_infer_parameters",
+        "initialize_parameters",
+        "has_uninitialized_params",
+        "_replicate_for_data_parallel",
+        "_save_to_state_dict",
+        "_lazy_load_hook",
+    } <= set(_TORCH_MIXIN_CALLABLES)
 
 
 @pytest.mark.parametrize("name", _TORCH_MIXIN_CALLABLES)
@@ -261,8 +270,7 @@ def test_unbuilt_state_dict_loads_with_weights_only() -> None:
     torch.save(lazynn.LazyBatchNorm1d().state_dict(), buffer)
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)
-    assert set(loaded) == {"weight", "bias", "running_mean", "running_var",
-                           "num_batches_tracked"}
+    assert set(loaded) == {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}
     assert type(loaded["weight"]) is lazynn.UninitializedParameter
     assert type(loaded["running_mean"]) is lazynn.UninitializedBuffer
 

@@ -19,6 +19,7 @@ import functools
 import inspect
 import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -72,14 +73,122 @@ def new(
     ``torch.device(device)`` context and its floating tensors cast to ``dtype`` after.
     """
     if str(device) == "meta":
-        # Tensor arguments (LinearCrossEntropyLoss's class weights) go to meta with the layer.
-        kwargs = {k: map_tensors(meta_like, v) for k, v in kwargs.items()}
-        # A layout with probe sizes may warn where the real sizes would not (a zero-row
-        # tensor's init): the real construction warns as eager does.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return _construct(cls, kwargs, device, dtype, into)
+        key = _layout_key(cls, kwargs, dtype)
+        if key is not None:
+            template: _Layout | None = _LAYOUTS.get(key, _UNSEEN)
+            if template is _UNSEEN:
+                try:
+                    template = _template(_meta(cls, kwargs, dtype, None))
+                except Exception:  # refused: raised below, by the instance (its class's name)
+                    template = None
+                else:
+                    if len(_LAYOUTS) >= _MAX_LAYOUTS:
+                        _LAYOUTS.clear()
+                    _LAYOUTS[key] = template
+            if template is not None:
+                return template.copy(into)
+        return _meta(cls, kwargs, dtype, into)
     return _construct(cls, kwargs, device, dtype, into)
+
+
+def _meta(
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    dtype: torch.dtype | None,
+    into: nn.Module | None,
+) -> nn.Module:
+    # Tensor arguments (LinearCrossEntropyLoss's class weights) go to meta with the layer.
+    kwargs = {k: map_tensors(meta_like, v) for k, v in kwargs.items()}
+    # A layout with probe sizes may warn where the real sizes would not (a zero-row
+    # tensor's init): the real construction warns as eager does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _construct(cls, kwargs, "meta", dtype, into)
+
+
+# --- remembered meta layouts -----------------------------------------------------------------
+# Constructing a torch.nn layer on meta runs its initializers through torch's meta kernels,
+# 40-100 microseconds a layer; a model repeats a few layer configurations many times (a
+# ResNet's convolutions, a transformer's blocks). So the meta construction of a torch.nn
+# class whose arguments are plain values is done once per (class, arguments, dtype), and each
+# later one copies it: its settings, fresh containers, and new meta tensors of its shapes.
+# Only layers that hold no submodules, no hooks and nothing but plain values qualify; anything
+# else (a user's class, whose __init__ may have side effects) is constructed every time.
+
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device)
+_MAX_LAYOUTS = 4096
+_UNSEEN: Any = object()
+#: (class, frozen arguments, dtype) -> a meta layer to copy, or None: construct every time
+_LAYOUTS: dict[Any, _Layout | None] = {}
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable, type-exact key for a plain value (``1`` and ``True`` differ); or raise."""
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_freeze(v) for v in value))
+    if isinstance(value, _PLAIN):
+        return (type(value), value)
+    raise TypeError
+
+
+def _layout_key(cls: type[nn.Module], kwargs: Mapping[str, Any], dtype: Any) -> Any:
+    if not cls.__module__.startswith("torch.nn."):
+        return None
+    try:
+        frozen = tuple(sorted((k, _freeze(v)) for k, v in kwargs.items()))
+    except TypeError:  # a tensor, a module, a callable... or unorderable: not remembered
+        return None
+    return (cls, frozen, dtype if dtype is not None else torch.get_default_dtype())
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_is_plain(v) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def _template(module: nn.Module) -> _Layout | None:
+    """``module`` as a layout later constructions may copy, or None."""
+    mutable = []
+    for key, value in module.__dict__.items():
+        if key in MODULE_KEYS:
+            empty_ok = key in ("_parameters", "_buffers", "_non_persistent_buffers_set")
+            if isinstance(value, (dict, set)) and value and not empty_ok:
+                return None  # submodules or hooks (bound to this instance)
+        elif not _is_plain(value):
+            return None
+        if isinstance(value, (dict, set, list)) and key not in ("_parameters", "_buffers"):
+            mutable.append(key)
+    return _Layout(module, tuple(mutable))
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A meta layer to copy, and the keys of its dict that hold containers."""
+
+    module: nn.Module
+    mutable: tuple[str, ...]
+
+    def copy(self, into: nn.Module | None) -> nn.Module:
+        """A copy (in ``into``'s dict if given: its tensors are about to be replaced by
+        placeholders, so they are shared; otherwise new meta tensors of the same shapes,
+        dtypes and ``requires_grad``), with its own containers."""
+        template = self.module
+        module = into if into is not None else type(template).__new__(type(template))
+        attrs = module.__dict__
+        attrs.update(template.__dict__)
+        for key in self.mutable:
+            attrs[key] = attrs[key].copy()  # (an OrderedDict's copy is an OrderedDict)
+        for key in ("_parameters", "_buffers"):
+            store = attrs[key] = attrs[key].copy()
+            if into is None:
+                for name, tensor in store.items():
+                    if tensor is not None:
+                        fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+                        if isinstance(tensor, nn.Parameter):
+                            fresh = nn.Parameter(fresh, tensor.requires_grad)
+                        store[name] = fresh
+        return module
 
 
 def _construct(
