@@ -25,6 +25,7 @@ LAYERS = [
     "_state",
     "_callers",
     "_placeholder",
+    "_registries",
     "_snapshot",
     "_mixin",
     "_infer",
@@ -79,8 +80,10 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level > 0:
             base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-            target = ".".join([*base, node.module] if node.module else base)
-            found.append((target, id(node) in top))
+            if node.module:
+                found.append((".".join([*base, node.module]), id(node) in top))
+            else:  # `from . import _x`: the modules named
+                found += [(".".join([*base, a.name]), id(node) in top) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lazynn."):
             found.append((node.module.removeprefix("lazynn."), id(node) in top))  # type: ignore[union-attr]
     return found

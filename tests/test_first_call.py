@@ -301,7 +301,9 @@ def test_no_snapshot_sees_a_half_built_layer() -> None:
     assert all(isinstance(e, lazynn.InferenceError) for e in errors)
     assert is_unbuilt(layer)
     assert type(layer) is lazynn.LazyBatchNorm1d
-    assert all(is_placeholder(t) for t in (*layer.parameters(), *layer.buffers()))
+    assert all(is_placeholder(t) for t in layer.parameters())
+    assert [n for n, t in layer.named_buffers() if not is_placeholder(t)] == ["num_batches_tracked"]
+    assert torch.equal(layer.num_batches_tracked, torch.tensor(0))
     x = torch.randn(3, 4)
     eager = nn.BatchNorm1d(4)
     assert torch.equal(layer(x), eager(x))

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import torch
 from torch import nn
 
 from ._errors import BUILD, QUEUE_IT, UnbuiltError, frame_locals, message
@@ -48,6 +49,7 @@ __all__ = [
     "under_dynamo",
     "undo_pruning",
     "undo_wrapper",
+    "untraced",
     "wrapper_error",
 ]
 
@@ -274,6 +276,23 @@ def undo_pruning() -> None:
 
 
 _DYNAMO = os.path.join("torch", "_dynamo")
+
+
+def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a plain function), run by Python itself even where torch.compile traces its
+    caller: after a graph break dynamo compiles every frame called, and lazynn's build
+    machinery (snapshots, placeholders read without their ``__torch_function__``) is not
+    traceable. Without torch._dynamo imported, ``fn`` itself (nothing is imported)."""
+    if "torch._dynamo" not in sys.modules:
+        return fn
+    disabled = _DISABLED.get(fn)
+    if disabled is None:  # (a plain dict: dynamo warns of traced functools caches)
+        disabled = _DISABLED[fn] = torch.compiler.disable(fn, recursive=True)
+    return disabled
+
+
+#: function -> its dynamo-disabled wrapper
+_DISABLED: dict[Callable[..., Any], Callable[..., Any]] = {}
 
 
 def under_dynamo() -> bool:

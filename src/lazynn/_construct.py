@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._infer import unknown_parts
 from ._tensors import map_tensors, meta_like, own_slots, raw
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "allocate_empty",
     "differs",
     "forward_names",
+    "hide_probes",
     "key_text",
     "match_dtypes",
     "new",
@@ -211,6 +213,42 @@ def _construct(
     if dtype is not None and dtype != torch.get_default_dtype() and into is None:
         module.to(dtype)
     return module
+
+
+#: the second probe of hide_probes, as a multiple of the first
+_FAR = 1024
+
+
+def hide_probes(
+    layer: nn.Module,
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    probes: Mapping[str, Any],
+    dtype: torch.dtype | None,
+) -> None:
+    """Show ``?`` for every attribute of ``layer``'s submodules that the probe sizes decided.
+
+    ``layer`` is laid out as ``cls(**kwargs, **probes)``. (``linear1.in_features`` of a
+    transformer layer is ``d_model``.) A second meta layout with every probe multiplied tells
+    them apart; the build copies the real values back.
+    """
+    # (A large multiple, not double: a floor division by a constant, such as
+    # AdaptiveLogSoftmaxWithLoss's in_features // div_value**k, must tell them apart too.)
+    far = {
+        name: tuple(_FAR * v for v in probe) if isinstance(probe, tuple) else _FAR * probe
+        for name, probe in probes.items()
+    }
+    other = new(cls, {**kwargs, **far}, "meta", dtype)
+    theirs = dict(other.named_modules())
+    for path, module in layer.named_modules():
+        if not path or path not in theirs:
+            continue
+        for key, value in list(module.__dict__.items()):
+            if key in MODULE_KEYS or key not in theirs[path].__dict__:
+                continue
+            other_value = theirs[path].__dict__[key]
+            if differs(value, other_value):
+                module.__dict__[key] = unknown_parts(value, other_value)
 
 
 def slots(module: nn.Module) -> dict[Slot, torch.Tensor]:

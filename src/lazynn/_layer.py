@@ -31,14 +31,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._callers import under_dynamo
+from ._callers import under_dynamo, untraced
 from ._checkpoint import solve_sizes
 from ._construct import (
     MODULE_KEYS,
     Slot,
     allocate_empty,
-    differs,
     forward_names,
+    hide_probes,
     key_text,
     match_dtypes,
     new,
@@ -52,7 +52,7 @@ from ._errors import (
     module_path,
     shape_str,
 )
-from ._infer import CLASS_KEY, UNKNOWN, Infer, unknown_parts
+from ._infer import CLASS_KEY, UNKNOWN, Infer
 from ._inputs import (
     check_input,
     construct_checked,
@@ -67,9 +67,6 @@ from ._state import LazyState, context, lazy_state, record_construction
 from ._tensors import is_placeholder, own_slots, raw
 
 __all__ = ["LazyLayer"]
-
-#: the second probe of _lazynn_hide_probes, as a multiple of the first
-_FAR = 1024
 
 
 class LazyLayer(LazyModuleMixin):
@@ -88,6 +85,9 @@ class LazyLayer(LazyModuleMixin):
     mixed_precision_input: ClassVar[bool] = False
     #: whether any floating input dtype is accepted (nn.RMSNorm computes mixed dtypes)
     any_float_input: ClassVar[bool] = False
+    #: buffers whose shape no input decides and whose eager value is zero
+    #: (``num_batches_tracked``): real tensors before the build, not placeholders
+    known_buffers: ClassVar[frozenset[str]] = frozenset()
 
     #: what the layer knows before its build (deleted by the build)
     _lazynn: LazyState
@@ -95,6 +95,11 @@ class LazyLayer(LazyModuleMixin):
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
         """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders."""
+        # (run by Python even when a compiled function constructs the layer: dynamo would
+        # trace the layout's copy, whose containers it models as plain dicts)
+        untraced(LazyLayer._lazynn_lay_out)(self, **kwargs)
+
+    def _lazynn_lay_out(self, **kwargs: Any) -> None:
         held = [
             k
             for k, v in kwargs.items()
@@ -114,6 +119,11 @@ class LazyLayer(LazyModuleMixin):
                     "instead",
                 )
             )
+        if "_parameters" not in self.__dict__:
+            # nn.Module's own state first, as torch's lazy layers have it from their
+            # super().__init__ (dynamo, tracing a construction inside a compiled function,
+            # reads attributes through nn.Module.__getattr__)
+            nn.Module.__init__(self)
         state = lazy_state(self)
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
@@ -133,6 +143,11 @@ class LazyLayer(LazyModuleMixin):
         }
         for prefix, module in self.named_modules():
             for store, name, tensor in own_slots(module):
+                if not prefix and name in self.known_buffers and store is module._buffers:
+                    # a shape no input decides: a real tensor, as eager (and torch's lazy
+                    # norms) hold it
+                    store[name] = torch.zeros(tensor.shape, dtype=tensor.dtype, device=target)
+                    continue
                 kind = UninitializedBuffer if store is module._buffers else UninitializedParameter
                 placeholder = placeholder_for(tensor, kind, target, self, prefix, name)
                 store[name] = state.placeholders[(prefix, name)] = placeholder
@@ -141,38 +156,12 @@ class LazyLayer(LazyModuleMixin):
                 unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
                 setattr(self, name, unknown)
         if self._modules:
-            self._lazynn_hide_probes({**kwargs, **probes}, dtype)
+            hide_probes(self, self.cls_to_become, kwargs, probes, dtype)
         state.kwargs = kwargs
         state.device = target
         state.dtype = dtype if dtype is not None else torch.get_default_dtype()
         attach(self)
         record_construction(self)
-
-    def _lazynn_hide_probes(self, layout_kwargs: Mapping[str, Any], dtype: Any) -> None:
-        """Show ``?`` for every attribute of a submodule that the probe sizes decided.
-
-        (``linear1.in_features`` of a transformer layer is ``d_model``.) A second meta layout
-        with every probe multiplied tells them apart; the build copies the real values back.
-        """
-        # (A large multiple, not double: a floor division by a constant, such as
-        # AdaptiveLogSoftmaxWithLoss's in_features // div_value**k, must tell them apart too.)
-        doubled = {
-            name: tuple(_FAR * v for v in probe) if isinstance(probe, tuple) else _FAR * probe
-            for name, probe in (
-                (n, spec.probe_value(layout_kwargs)) for n, spec in self._lazynn_specs().items()
-            )
-        }
-        other = new(self.cls_to_become, {**layout_kwargs, **doubled}, "meta", dtype)
-        theirs = dict(other.named_modules())
-        for path, module in self.named_modules():
-            if not path or path not in theirs:
-                continue
-            for key, value in list(module.__dict__.items()):
-                if key in MODULE_KEYS or key not in theirs[path].__dict__:
-                    continue
-                other_value = theirs[path].__dict__[key]
-                if differs(value, other_value):
-                    module.__dict__[key] = unknown_parts(value, other_value)
 
     def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
         """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
@@ -302,7 +291,7 @@ class LazyLayer(LazyModuleMixin):
 
         (``nn.MultiheadAttention`` with a key size unlike the query's has other parameters.)
         """
-        built = set(slots(shadow))
+        built = set(slots(shadow)) - {("", name) for name in self.known_buffers}
         declared = set(self._lazynn.placeholders)
         if built != declared:
             extra = sorted(key_text(k) for k in built - declared)
@@ -370,6 +359,15 @@ class LazyLayer(LazyModuleMixin):
             if value.device != target_device or value.dtype != target_dtype:
                 value = value.to(device=target_device, dtype=target_dtype)
             moves.append((own_modules[prefix], name, tensor, value))
+        known = []  # (num_batches_tracked: a new tensor with eager's value, so that a
+        # rollback puts the old one back and to_empty's garbage is not kept)
+        for name in self.known_buffers:
+            current, built = self._buffers.get(name), eager._buffers.get(name)
+            if current is not None and built is not None and not is_placeholder(current):
+                where = current.device if device is None else built.device
+                known.append((name, built.detach().to(device=where, dtype=current.dtype)))
+        for name, value in known:
+            self._buffers[name] = value
         for module, name, tensor, value in moves:
             if raw(tensor).device.type == value.device.type:
                 fill(tensor, value)  # in place: an optimizer holding it trains it

@@ -19,6 +19,8 @@ is overridden here, and tests/test_torch_internals.py checks that this stays so.
 from __future__ import annotations
 
 import copy
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,8 +30,9 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
-from ._callers import find_tool, under_dynamo
-from ._errors import BUILD, InferenceError, UnbuiltError, message, module_path
+from . import _registries  # noqa: F401  (registers the placeholders with torch)
+from ._callers import find_tool, under_dynamo, untraced
+from ._errors import BUILD, InferenceError, UnbuiltError, frame_locals, message, module_path
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, STATE_KEY, context, find_state, record_construction
 from ._tensors import is_placeholder, own_slots, own_tensors
@@ -149,6 +152,33 @@ def finish(module: nn.Module) -> None:
     target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
     if target is not None:
         module.__class__ = target
+
+
+def _fx_proxy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
+    """The first ``torch.fx.Proxy`` among a call's arguments (fx is tracing), or None."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.fx.Proxy):
+            return value
+    return None
+
+
+def _scripted_path(module: nn.Module) -> str | None:
+    """The path of ``module`` in the model ``torch.jit.script`` was given (read off its
+    frames, whose ``obj`` is that model; error path only), or None."""
+    frame = sys._getframe(1)  # CPython frame access: only on the error path
+    root = None
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(os.path.join("jit", "_script.py")):
+            obj = frame_locals(frame, ("obj",)).get("obj")
+            if isinstance(obj, nn.Module):
+                root = obj  # the outermost one is the user's model
+        frame = frame.f_back  # type: ignore[assignment]
+    if root is None:
+        return None
+    if root is module:
+        return ""
+    found = next((path for path, m in root.named_modules() if m is module), None)
+    return found
 
 
 class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
@@ -280,6 +310,12 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         so a concurrent first call waits and then finds the module built. Only unbuilt
         modules pass through here: the build swaps the class, and with it this method.
         """
+        proxy = _fx_proxy(args, kwargs)
+        if proxy is not None and is_unbuilt(self):  # type: ignore[arg-type]
+            # torch.fx.symbolic_trace: a leaf, as fx makes torch's lazy modules (the graph's
+            # first run builds it)
+            tracer = proxy.tracer
+            return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)  # type: ignore[arg-type]
         if torch.compiler.is_compiling() or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
             # (dynamo may call this on the module it has just built, whose class is swapped:
             # no super() here.)
@@ -287,7 +323,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         with BUILD_LOCK:
             if is_unbuilt(self):  # type: ignore[arg-type]
                 # (super() only under the lock: another thread may swap the class outside it)
-                return self._lazynn_first_call(super().__call__, args, kwargs)
+                first_call = untraced(LazyModuleMixin._lazynn_first_call)
+                return first_call(self, super().__call__, args, kwargs)  # type: ignore[no-any-return]
         return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]  # built meanwhile
 
     def _lazynn_first_call(
@@ -434,13 +471,18 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         # torch.jit.script calls this on every submodule before it inspects any of them, so
         # a nested unbuilt layer gets this message rather than one about its `?` sizes.
         if is_unbuilt(self):
+            left = [n for n, t in self.named_parameters() if is_placeholder(t)]  # type: ignore[attr-defined]
+            left += [n for n, t in self.named_buffers() if is_placeholder(t)]  # type: ignore[attr-defined]
             raise UnbuiltError(
                 message(
-                    module_path(self),
+                    module_path(self, _scripted_path(self)),  # type: ignore[arg-type]
                     "a built module for torch.jit.script",
                     "a module that has uninitialized parameters (it is not built yet)",
-                    "call the model once on an example input (or load a built checkpoint), "
-                    "then script it",
+                    f"build the model first: {BUILD}, or call it once on an example input "
+                    "(or load a built checkpoint); then script it",
+                    # torch's own words (its check would come next)
+                    detail=f"'{torch.typename(type(self))}' has uninitialized parameters "
+                    f"{left}. Did you forget to run a forward pass?",
                 )
             )
         return self

@@ -33,7 +33,14 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._callers import find_tool, find_wrapper, undo_pruning, undo_wrapper, wrapper_error
+from ._callers import (
+    find_tool,
+    find_wrapper,
+    undo_pruning,
+    undo_wrapper,
+    untraced,
+    wrapper_error,
+)
 from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, message
 from ._tensors import is_placeholder
 from ._tensors import raw as _raw
@@ -44,6 +51,7 @@ __all__ = [
     "fill",
     "is_lazy",
     "placeholder_for",
+    "rebuild_placeholder",
     "relocate",
 ]
 
@@ -120,6 +128,16 @@ def _func_name(func: Callable[..., Any]) -> str:
     return f"{module}.{qual}" if module and not module.startswith("torch._C") else f"torch.{qual}"
 
 
+def torch_phrase(what: str) -> str:
+    """torch's own words for using an uninitialized placeholder in ``what`` (kept inside
+    lazynn's messages: code and tests that match torch's phrases keep working)."""
+    if what in ("Tensor.shape", "Tensor.ndim", "Tensor.size()"):
+        return "Can't access the shape of an uninitialized parameter or buffer"
+    if what.startswith("Tensor.share_memory_"):
+        return "Can't share memory on an uninitialized parameter or buffer"
+    return f"Attempted to use an uninitialized parameter in {what}"
+
+
 def _distributed() -> bool:
     """Whether a process group exists (DDP and fully_shard need one): only then do
     placeholders look for a wrapper being constructed around them."""
@@ -149,6 +167,7 @@ class _Placeholder:
         refusal = self._wrapper_refusal()  # fully_shard asks for the shape first
         if refusal is not None:
             return refusal
+        phrase = torch_phrase(what)
         key = self.__dict__.get("_lazynn_checkpoint")
         if key is not None:
             return UnbuiltError(
@@ -160,6 +179,7 @@ class _Placeholder:
                     "build the source model before taking its state_dict, or drop the unbuilt "
                     "entries: {k: v for k, v in sd.items() if not lazynn.is_lazy(v)} and load "
                     "with strict=False",
+                    detail=phrase,
                 )
             )
         tool = find_tool()
@@ -172,6 +192,7 @@ class _Placeholder:
                     f"a built tensor for {tool.name} ({what})",
                     f"an unbuilt {type(self).__name__}, whose shape the first input decides",
                     tool.fix,
+                    detail=phrase,
                 )
             )
         return UnbuiltError(
@@ -183,6 +204,7 @@ class _Placeholder:
                 f"example input ({CALL_NOT_FORWARD}) or load a built checkpoint with "
                 "load_state_dict; then do this. Optimizers that need shapes at construction "
                 "(Adagrad) must be created after the build",
+                detail=phrase,
             )
         )
 
@@ -216,7 +238,7 @@ class _Placeholder:
     # --- what a placeholder is -----------------------------------------------------------
     def materialize(
         self,
-        shape: Sequence[int],
+        shape: int | Sequence[int],
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -225,13 +247,8 @@ class _Placeholder:
         ``device`` and ``dtype`` default to the placeholder's own (as moved since its
         construction).
         """
-        raw = _raw(self)  # type: ignore[arg-type]
-        data = torch.empty(
-            tuple(shape),
-            device=raw.device if device is None else device,
-            dtype=raw.dtype if dtype is None else dtype,
-        )
-        fill(self, data)  # type: ignore[arg-type]
+        # (run by Python even inside a compiled hook: dynamo cannot read a placeholder's data)
+        untraced(_materialize)(self, shape, device, dtype)
 
     def __repr__(self) -> str:
         raw = _raw(self)  # type: ignore[arg-type]
@@ -299,6 +316,21 @@ class _Placeholder:
         if culprit is None:
             raise UnbuiltError(f"an unbuilt placeholder was passed to {_func_name(func)}")
         raise culprit._refuse(_func_name(func))
+
+
+def _materialize(
+    placeholder: torch.Tensor,
+    shape: int | Sequence[int],
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+) -> None:
+    raw = _raw(placeholder)
+    data = torch.empty(
+        (shape,) if isinstance(shape, int) else tuple(shape),  # an int, as torch takes
+        device=raw.device if device is None else device,
+        dtype=raw.dtype if dtype is None else dtype,
+    )
+    fill(placeholder, data)
 
 
 def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
@@ -451,6 +483,5 @@ def placeholder_for(
     return placeholder
 
 
-# An unbuilt model's state_dict holds placeholders; allow them in torch.load's default
-# weights_only=True mode. add_safe_globals is torch's public registry for exactly this.
-torch.serialization.add_safe_globals([UninitializedParameter, UninitializedBuffer, _rebuild])
+#: how a pickled placeholder is rebuilt (registered with torch.load's safe globals)
+rebuild_placeholder = _rebuild

@@ -46,6 +46,7 @@ __all__ = [
 
 class _LazyNorm(LazyLayer):
     mixed_precision_input = True  # torch's norms accept float16/bfloat16 input with fp32 stats
+    known_buffers = frozenset({"num_batches_tracked"})  # tensor(0), as torch's lazy norms
 
     def __init__(
         self,
@@ -180,6 +181,7 @@ class LazyInstanceNorm3d(_LazyInstanceNorm, nn.InstanceNorm3d):
 LazyGroupNorm = lazy(nn.GroupNorm, num_channels=Infer(dim=1, probe="num_groups"))
 LazyGroupNorm.mixed_precision_input = True  # float16/bfloat16 input, float32 weights: as eager
 LazySyncBatchNorm = lazy(nn.SyncBatchNorm, num_features=Infer(dim=1))
+LazySyncBatchNorm.known_buffers = frozenset({"num_batches_tracked"})
 
 
 def _trailing(dims: int) -> Mapping[str, Infer]:
