@@ -287,7 +287,7 @@ def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn
     disabled = _DISABLED.get(fn)
     if disabled is None:  # (a plain dict: dynamo warns of traced functools caches)
-        disabled = _DISABLED[fn] = torch.compiler.disable(fn, recursive=True)
+        disabled = _DISABLED[fn] = torch.compiler.disable(fn, recursive=True)  # type: ignore[no-untyped-call]
     return disabled
 
 

@@ -315,7 +315,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             # torch.fx.symbolic_trace: a leaf, as fx makes torch's lazy modules (the graph's
             # first run builds it)
             tracer = proxy.tracer
-            return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)  # type: ignore[arg-type]
+            return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)  # type: ignore[arg-type,attr-defined]
         if torch.compiler.is_compiling() or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
             # (dynamo may call this on the module it has just built, whose class is swapped:
             # no super() here.)
