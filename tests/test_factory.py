@@ -150,3 +150,26 @@ def test_a_torch_layer_in_one_line() -> None:
 def test_declaration_errors(args, kwargs, error, text) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=text):
         lazynn.lazy(*args, **kwargs)
+
+
+class SamePadConv(nn.Conv2d):
+    """The shape of third-party conv subclasses (efficientnet-pytorch's
+    Conv2dStaticSamePadding): its own arguments, then **kwargs passed on to nn.Conv2d."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, image_size=None, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(in_channels, out_channels, kernel_size, **kwargs)
+        self.image_size = image_size
+
+
+def test_a_class_taking_keyword_arguments_is_made_lazy_with_them_passed_on() -> None:
+    LazySamePadConv = lazynn.lazy(SamePadConv, in_channels=lazynn.Infer(dim=1))
+    x = torch.randn(1, 3, 8, 8)
+    torch.manual_seed(0)
+    layer = LazySamePadConv(out_channels=4, kernel_size=3, image_size=8, stride=2, bias=False)
+    y = layer(x)
+    torch.manual_seed(0)
+    eager = SamePadConv(3, 4, 3, image_size=8, stride=2, bias=False)
+    assert_same_module(layer, eager)
+    assert torch.equal(y, eager(x))
+    assert layer.stride == (2, 2)
+    assert layer.bias is None

@@ -714,3 +714,24 @@ def test_every_layer_compiles_unbuilt_nested_and_bare(dynamo: Any, row: Row, how
     assert torch.equal(out, row.call(eager, x))
     layer.__dict__.pop("_is_torch_compile", None)  # (torch.compile marks any module it wraps)
     assert_same_module(layer, eager)
+
+
+def test_dynamo_learns_of_the_placeholders_when_it_is_first_imported() -> None:
+    # torch internals: dynamo's setting for tensor subclasses it must not trace, and the
+    # registration made on dynamo's first import (lazynn never imports it itself).
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys, torch, lazynn
+        assert "torch._dynamo" not in sys.modules
+        import torch._dynamo
+        subclasses = torch._dynamo.config.nontraceable_tensor_subclasses
+        assert lazynn.UninitializedParameter in subclasses
+        assert lazynn.UninitializedBuffer in subclasses
+        assert not [f for f in sys.meta_path if type(f).__module__.startswith("lazynn")]
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -61,7 +61,9 @@ def lazy(cls: type[nn.Module], /, **inferred: Infer) -> type[LazyLayer]:
         )
     signature = inspect.signature(cls.__init__)
     params = list(signature.parameters.values())
-    variadic = [p.name for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    # (**kwargs is fine: the inferred names are explicit, the rest pass through by name;
+    # *args could not be named)
+    variadic = [p.name for p in params if p.kind is p.VAR_POSITIONAL]
     unknown = sorted(set(inferred) - {p.name for p in params[1:]})
     if unknown or variadic:
         raise ValueError(
@@ -80,11 +82,15 @@ def lazy(cls: type[nn.Module], /, **inferred: Infer) -> type[LazyLayer]:
     kept = [params[0], *(p for p in params[1:] if p.name not in inferred)]
     reduced = signature.replace(parameters=kept)
     without_self = reduced.replace(parameters=kept[1:])
+    keywords = [p.name for p in kept if p.kind is p.VAR_KEYWORD]
 
     def __init__(self: LazyLayer, *args: Any, **kwargs: Any) -> None:
         bound = without_self.bind(*args, **kwargs)
         bound.apply_defaults()
-        self._lazynn_setup(**bound.arguments)
+        arguments = dict(bound.arguments)
+        for extra in keywords:  # **kwargs of the class's own: passed on by name
+            arguments.update(arguments.pop(extra, {}))
+        self._lazynn_setup(**arguments)
 
     __init__.__signature__ = reduced  # type: ignore[attr-defined]
     name = f"Lazy{cls.__name__}"
