@@ -1289,6 +1289,56 @@ UNBATCHED = {
 }
 
 
+# --- an unbuilt module's tensors: its placeholders, and the buffers known before the build ----
+
+
+def known_names(module: nn.Module) -> set[str]:
+    """The qualified names of the buffers of ``module`` and its submodules that are real
+    tensors before the build: each lazy layer's own ``known_buffers`` (the lazy norms'
+    ``num_batches_tracked``, ``tensor(0)`` as in torch's lazy norms: no input decides its
+    shape). Read from each module's class, so a built module (of an eager class) has none."""
+    names: set[str] = set()
+    for prefix, sub in module.named_modules():
+        for name in getattr(type(sub), "known_buffers", frozenset()):
+            if sub._buffers.get(name) is not None:
+                names.add(f"{prefix}.{name}" if prefix else name)
+    return names
+
+
+def lazy_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """An unbuilt module's lazy tensors, the placeholders whose shape the first input decides,
+    by qualified name (parameters, then buffers): every parameter and buffer but the known
+    ones (``known_names``)."""
+    known = known_names(module)
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    return {name: t for name, t in tensors.items() if name not in known}
+
+
+def known_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """An unbuilt module's known buffers (``known_names``) by qualified name: real tensors."""
+    known = known_names(module)
+    return {name: t for name, t in module.named_buffers() if name in known}
+
+
+def same_value(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal real tensors: dtype, device, shape, and values (unread on meta)."""
+    if (a.dtype, a.device, a.shape) != (b.dtype, b.device, b.shape):
+        return False
+    return a.is_meta or torch.equal(a, b)
+
+
+def assert_known_initial(module: nn.Module) -> None:
+    """Each known buffer of unbuilt ``module`` is what torch's lazy norms hold before their
+    build: a plain ``tensor(0, dtype=torch.long)``, no placeholder (its value unread on meta)."""
+    for name, t in known_tensors(module).items():
+        assert type(t) is torch.Tensor, name
+        assert not lazynn.is_lazy(t), name
+        assert not torch.nn.parameter.is_lazy(t), name
+        assert (t.shape, t.dtype, t.requires_grad) == ((), torch.long, False), name
+        if not t.is_meta:
+            assert t.item() == 0, name
+
+
 def _tensors(row: Row) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     layer = row.lazy(**row.simple)
     return list(layer.parameters()), list(layer.buffers())

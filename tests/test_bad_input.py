@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import lazynn
-from registry import ROWS, TENSOR_ROWS, Row
+from registry import ROWS, TENSOR_ROWS, Row, known_tensors, lazy_tensors, same_value
 
 CONV_ROWS = [r for r in ROWS if "groups" in inspect.signature(r.lazy.__init__).parameters]
 PLAIN_CONV_ROWS = [r for r in CONV_ROWS if "Transpose" not in r.lazy.__name__]
@@ -67,6 +67,10 @@ class State:
         self.cls = type(module)
         self.vars = dict(vars(module))
         self.tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+        self.lazy = set(lazy_tensors(module))
+        #: the real buffers (num_batches_tracked), by value
+        self.known = {name: t.clone() for name, t in known_tensors(module).items()}
+        assert self.lazy | set(self.known) == set(self.tensors)
         self.hooks = dict(module._forward_pre_hooks)
         self.repr = repr(module)
         self.rng = torch.get_rng_state()
@@ -80,9 +84,14 @@ class State:
             assert vars(module)[key] is value, key
         tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
         assert tensors.keys() == self.tensors.keys()
+        assert set(lazy_tensors(module)) == self.lazy
         for name, tensor in tensors.items():
             assert tensor is self.tensors[name], name
-            assert torch.nn.parameter.is_lazy(tensor), f"{name} was materialized"
+            if name in self.lazy:
+                assert torch.nn.parameter.is_lazy(tensor), f"{name} was materialized"
+            else:  # a real buffer before the build: the same tensor, the same value
+                assert not torch.nn.parameter.is_lazy(tensor), name
+                assert same_value(tensor, self.known[name]), f"{name} was changed"
         assert dict(module._forward_pre_hooks) == self.hooks
         assert self.hooks, "the build hook is still attached"
         assert repr(module) == self.repr
@@ -206,14 +215,18 @@ def test_non_tensor_input() -> None:
 
 
 def test_running_statistics_untouched_in_train_mode() -> None:
-    """A norm layer in train mode whose bad input fails keeps every buffer a placeholder."""
+    """A norm layer in train mode whose bad input fails keeps every buffer as it was: the
+    running statistics placeholders, the counter 0."""
     torch.manual_seed(7)
     bad, x = torch.randn(3, 4, 5), torch.randn(3, 4, 5, 5)
     norm = lazynn.LazyBatchNorm2d(momentum=0.5).train()
     state = State(norm)
+    assert state.lazy == {"weight", "bias", "running_mean", "running_var"}
+    assert set(state.known) == {"num_batches_tracked"}
     with pytest.raises(lazynn.InferenceError):
         norm(bad)  # 3-d: BatchNorm2d wants (N, C, H, W)
     state.assert_unchanged()
+    assert int(norm.num_batches_tracked) == 0
     norm(x)
     eager = nn.BatchNorm2d(4, momentum=0.5).train()
     eager(x)

@@ -29,6 +29,7 @@ from torch.func import functional_call, grad, jacrev, vmap
 import lazynn
 from lazynn._mixin import is_unbuilt
 from lazynn._tensors import is_placeholder
+from registry import assert_known_initial, lazy_tensors
 
 pytestmark = pytest.mark.compile
 
@@ -90,15 +91,17 @@ def lazy_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def assert_untouched(model: Net, layers: list[nn.Module]) -> None:
-    """Still entirely unbuilt: every lazy layer keeps its class, hook and placeholders."""
+    """Still entirely unbuilt: every lazy layer keeps its class, hook and placeholders (and
+    its known buffers, BatchNorm's num_batches_tracked, their value 0)."""
     assert lazynn.is_lazy(model)
     assert [type(m) for m in lazy_layers(model)] == LAZY_TYPES
     assert lazy_layers(model) == layers  # the same objects, in place
     for layer in layers:
         assert is_unbuilt(layer)
-        tensors = [*layer.parameters(), *layer.buffers()]
+        tensors = lazy_tensors(layer)
         assert tensors
-        assert all(is_placeholder(t) for t in tensors)
+        assert all(is_placeholder(t) for t in tensors.values())
+        assert_known_initial(layer)
 
 
 def assert_built_like(model: nn.Module, eager: nn.Module, *, exact_buffers: bool = True) -> None:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import lazynn
-from registry import TENSOR_ROWS, Row, build_pair
+from registry import TENSOR_ROWS, Row, assert_known_initial, build_pair, lazy_tensors
 
 Copier = Callable[[nn.Module], nn.Module]
 
@@ -61,11 +61,17 @@ def test_copy_of_unbuilt_keeps_dtype_device_grad(
     assert lazynn.is_lazy(clone)
     ours, theirs = tensors(clone), tensors(original)
     assert list(ours) == list(theirs)
+    placeholders = lazy_tensors(original)
+    assert set(lazy_tensors(clone)) == set(placeholders)
     for key, tensor in ours.items():
         source = theirs[key]
-        assert lazynn.is_lazy(tensor), key
         assert type(tensor) is type(source), key
-        assert tensor is not source, key  # even copy.copy: each copy owns its placeholders
+        if key in placeholders:
+            assert lazynn.is_lazy(tensor), key
+            assert tensor is not source, key  # even copy.copy: each copy owns its placeholders
+        else:  # a real buffer (num_batches_tracked): copied as torch copies one
+            assert not lazynn.is_lazy(tensor), key
+            assert (tensor is source) is (copier not in DEEP), key
         assert tensor.dtype == source.dtype, key
         assert tensor.device == source.device, key
         assert tensor.device.type == device, key
@@ -76,6 +82,7 @@ def test_copy_of_unbuilt_keeps_dtype_device_grad(
     if "num_batches_tracked" in ours:  # norm buffers: the integer one stays integer
         assert ours["num_batches_tracked"].dtype == torch.int64
         assert isinstance(ours["running_mean"], lazynn.UninitializedBuffer)
+    assert_known_initial(clone)
     if row.sized:
         assert row.size(clone) is lazynn.UNKNOWN
 
@@ -99,7 +106,9 @@ def test_copy_builds_independently(row: Row, copier: str, copy_first: bool) -> N
     assert not first._forward_pre_hooks
     assert type(second) is row.lazy
     assert lazynn.is_lazy(second)
-    assert all(lazynn.is_lazy(t) for t in tensors(second).values())
+    assert set(lazy_tensors(second)) == set(lazy_tensors(row.lazy(**row.simple)))
+    assert all(lazynn.is_lazy(t) for t in lazy_tensors(second).values())
+    assert_known_initial(second)  # the first one's build left its counter at 0
     if row.sized:
         assert row.size(second) is lazynn.UNKNOWN
 
@@ -136,12 +145,15 @@ def test_deepcopy_of_unbuilt_norm_buffers_are_independent(copier: str) -> None:
     clone = COPIERS[copier](norm)
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         assert getattr(clone, name) is not getattr(norm, name)
+    for name in ("running_mean", "running_var"):
         assert isinstance(getattr(clone, name), lazynn.UninitializedBuffer)
+    assert type(clone.num_batches_tracked) is torch.Tensor  # real before the build: tensor(0)
+    assert torch.equal(clone.num_batches_tracked, torch.tensor(0))
     clone(torch.randn(4, 3, 2, 2))
     assert clone.running_mean.shape == (3,)
     assert clone.num_batches_tracked.item() == 1
     assert lazynn.is_lazy(norm.running_mean)
-    assert lazynn.is_lazy(norm.num_batches_tracked)
+    assert norm.num_batches_tracked.item() == 0  # the original's counter is its own
     norm(torch.randn(4, 6, 2, 2))
     assert norm.running_var.shape == (6,)
     assert clone.running_var.shape == (3,)

@@ -38,7 +38,16 @@ from torch import nn
 import lazynn
 from compare import assert_same_module
 from lazynn._mixin import is_unbuilt
-from registry import PARAMETER_ROWS, ROWS, TENSOR_ROWS, Row
+from registry import (
+    PARAMETER_ROWS,
+    ROWS,
+    TENSOR_ROWS,
+    Row,
+    assert_known_initial,
+    known_tensors,
+    lazy_tensors,
+    same_value,
+)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -58,6 +67,9 @@ class Before:
         self.cls = type(module)
         self.keys = set(vars(module))
         self.tensors = tensors_of(module)
+        self.lazy = set(lazy_tensors(module))
+        #: the real buffers (num_batches_tracked), by value
+        self.known = {name: t.clone() for name, t in known_tensors(module).items()}
         self.hooks = list(module._forward_pre_hooks)
         self.rng = torch.get_rng_state()
 
@@ -70,9 +82,14 @@ class Before:
         assert list(module._forward_pre_hooks) == self.hooks
         after = tensors_of(module)
         assert [n for n, _ in after] == [n for n, _ in self.tensors]
+        assert set(lazy_tensors(module)) == self.lazy
         for (name, t), (_, original) in zip(after, self.tensors, strict=True):
             assert t is original, name  # the same Python objects...
-            assert lazynn.is_lazy(t), name  # ...still placeholders
+            if name in self.lazy:
+                assert lazynn.is_lazy(t), name  # ...still placeholders
+            else:  # ...or real buffers (num_batches_tracked) with the same value
+                assert not lazynn.is_lazy(t), name
+                assert same_value(t, self.known[name]), name
         if rng:
             assert torch.equal(torch.get_rng_state(), self.rng)
 
@@ -232,7 +249,8 @@ def test_nested_model_forward_failure() -> None:
     if lazynn.is_lazy(first):
         assert type(first) is lazynn.LazyLinear
         assert is_unbuilt(first)
-        assert all(lazynn.is_lazy(t) for _, t in tensors_of(first))
+        assert all(lazynn.is_lazy(t) for t in lazy_tensors(first).values())
+        assert_known_initial(first)
     else:
         assert type(first) is nn.Linear
         assert first.in_features == 5
@@ -289,13 +307,15 @@ _FUNC_CHILD = textwrap.dedent(
     import torch
     import lazynn
     from lazynn._mixin import is_unbuilt
-    from registry import ROWS, UNBATCHED
+    from registry import ROWS, UNBATCHED, known_tensors, lazy_tensors
 
     kind = sys.argv[1]
     for row in ROWS:
         x = row.example()
         layer = row.lazy(**row.simple)
         placeholders = [*layer.parameters(), *layer.buffers()]
+        lazy = set(lazy_tensors(layer))
+        known = {name: t.clone() for name, t in known_tensors(layer).items()}
         rng = torch.get_rng_state()
         if kind == "grad":
             call = lambda: torch.func.grad(lambda x: row.call(layer, x).sum())(x)
@@ -314,7 +334,11 @@ _FUNC_CHILD = textwrap.dedent(
         assert is_unbuilt(layer) and lazynn.is_lazy(layer), row.id
         after = [*layer.parameters(), *layer.buffers()]
         assert all(a is b for a, b in zip(after, placeholders, strict=True)), row.id
-        assert all(lazynn.is_lazy(t) for t in after), row.id
+        assert set(lazy_tensors(layer)) == lazy, row.id
+        assert all(lazynn.is_lazy(t) for t in lazy_tensors(layer).values()), row.id
+        for name, t in known_tensors(layer).items():  # num_batches_tracked: real, unchanged
+            assert not lazynn.is_lazy(t), (row.id, name)
+            assert torch.equal(t, known[name]), (row.id, name)
         assert torch.equal(torch.get_rng_state(), rng), row.id
         # A plain call then builds it, as the eager twin under the same seed.
         torch.manual_seed(0)
@@ -381,12 +405,16 @@ def test_func_transform_as_first_call_is_refused(transform: str) -> None:
 def test_initialize_parameters_builds_completely(row: Row) -> None:
     x = row.example()
     layer = row.lazy(**row.simple)
-    tensors = [t for _, t in tensors_of(layer)]
+    names = [name for name, _ in tensors_of(layer)]
+    placeholders = lazy_tensors(layer)
     torch.manual_seed(0)
     layer.initialize_parameters(*row.args(layer, x))
     eager = eager_twin(row)
     assert_same_module(layer, eager)  # eager class, no pre-hook, no _lazynn_ attributes
-    assert all(a is b for a, b in zip((t for _, t in tensors_of(layer)), tensors, strict=True))
+    built = dict(tensors_of(layer))
+    assert list(built) == names
+    # the placeholders are filled in place (a known buffer takes eager's value: compared above)
+    assert all(built[name] is t for name, t in placeholders.items())
     layer.eval()
     eager.eval()
     assert torch.equal(row.call(layer, x), row.call(eager, x))
@@ -496,11 +524,15 @@ def test_placeholder_type_without_argument(row: Row, dtype: torch.dtype | None) 
     layer = row.lazy(**row.simple)
     if dtype is not None:
         layer = layer.to(dtype)
+    placeholders = lazy_tensors(layer)
+    assert placeholders
     for name, t in tensors_of(layer):
-        assert lazynn.is_lazy(t)
+        assert lazynn.is_lazy(t) is (name in placeholders), name
         expected = torch.empty(0, dtype=t.dtype).type()
         assert t.type() == expected, name
         assert isinstance(t.type(), str)
+    for name, t in known_tensors(layer).items():  # num_batches_tracked: real, integer
+        assert t.type() == "torch.LongTensor", name
     if dtype is not None:
         parameters = dict(layer.named_parameters())  # 'weight'; 'weight_ih'... for cells
         assert parameters
@@ -512,17 +544,28 @@ def test_placeholder_type_without_argument(row: Row, dtype: torch.dtype | None) 
 def test_state_dict_keep_vars_does_not_mark_live_placeholders(row: Row) -> None:
     layer = row.lazy(**row.simple)
     live = dict(tensors_of(layer))
+    placeholders = lazy_tensors(layer)
     kept = layer.state_dict(keep_vars=True)
     detached = layer.state_dict()
+    assert set(kept) == set(detached) == set(live)
     for key, value in kept.items():
         assert value is live[key], key
         assert "_lazynn_checkpoint" not in vars(value), key
+        if key not in placeholders:  # a real buffer (num_batches_tracked): it has a shape
+            assert value.shape == (), key
+            continue
         with pytest.raises(lazynn.UnbuiltError) as caught:
             _ = value.shape
         assert str(caught.value).startswith(f"the '{key}' of {row.lazy.__name__}: ")
     # The detached copies are the ones marked as checkpoint entries.
     for key, value in detached.items():
         assert value is not live[key], key
+        assert "_lazynn_checkpoint" not in vars(live[key]), key
+        if key not in placeholders:  # a plain detached tensor, with the live one's value
+            assert type(value) is torch.Tensor, key
+            assert "_lazynn_checkpoint" not in vars(value), key
+            assert torch.equal(value, live[key]), key
+            continue
         with pytest.raises(lazynn.UnbuiltError, match=rf"^checkpoint entry '{key}'"):
             _ = value.shape
 

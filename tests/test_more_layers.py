@@ -31,7 +31,7 @@ from torch import nn
 
 import lazynn
 from compare import assert_same_module
-from registry import ROWS, Bad, CallForm, Inputs, Row
+from registry import ROWS, Bad, CallForm, Inputs, Row, known_tensors, lazy_tensors, same_value
 
 #: (row, call form) for every row's call forms that call the layer unlike the row
 FORMS = [(r, c) for r in ROWS for c in r.calls if c.beyond]
@@ -91,6 +91,9 @@ class State:
         self.cls = type(module)
         self.vars = dict(vars(module))
         self.tensors = placeholders(module)
+        self.lazy = set(lazy_tensors(module))
+        #: the real buffers (a norm's num_batches_tracked), by value
+        self.known = {name: t.clone() for name, t in known_tensors(module).items()}
         self.hooks = dict(module._forward_pre_hooks)
         self.repr = repr(module)
         self.rng = torch.get_rng_state()
@@ -104,9 +107,13 @@ class State:
             assert vars(module)[key] is value, key
         now = placeholders(module)
         assert now.keys() == self.tensors.keys()
+        assert set(lazy_tensors(module)) == self.lazy
         for name, tensor in now.items():
             assert tensor is self.tensors[name], name
-            assert lazynn.is_lazy(tensor), f"{name} was materialized"
+            if name in self.lazy:
+                assert lazynn.is_lazy(tensor), f"{name} was materialized"
+            else:  # a real buffer before the build: the same tensor, the same value
+                assert same_value(tensor, self.known[name]), f"{name} was changed"
         assert dict(module._forward_pre_hooks) == self.hooks
         assert self.hooks, "the build hook is still attached"
         assert repr(module) == self.repr

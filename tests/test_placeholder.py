@@ -32,7 +32,15 @@ from hypothesis import given, settings
 from torch import nn
 
 import lazynn
-from registry import ROWS, TENSOR_ROWS, Row, build_pair
+from registry import (
+    ROWS,
+    TENSOR_ROWS,
+    Row,
+    assert_known_initial,
+    build_pair,
+    known_tensors,
+    lazy_tensors,
+)
 
 # (id, operation on a placeholder) for every kind of access the spec names.
 OPERATIONS: list[tuple[str, Callable[[torch.Tensor], Any]]] = [
@@ -73,8 +81,21 @@ def assert_build_advice(text: str) -> None:
     assert "lazynn.build(model, example)" in fix or re.search(r"\bcall\b.*\binput\b", fix), text
 
 
-def placeholders(module: nn.Module) -> dict[str, torch.Tensor]:
+def all_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+#: the lazy layers whose ``num_batches_tracked`` is a real tensor before the build: its shape
+#: depends on no input (torch's own lazy norms hold it so too)
+KNOWN_COUNTER = (
+    lazynn.LazyBatchNorm1d,
+    lazynn.LazyBatchNorm2d,
+    lazynn.LazyBatchNorm3d,
+    lazynn.LazyInstanceNorm1d,
+    lazynn.LazyInstanceNorm2d,
+    lazynn.LazyInstanceNorm3d,
+    lazynn.LazySyncBatchNorm,
+)
 
 
 # --- refusals ---------------------------------------------------------------------------------
@@ -113,7 +134,7 @@ def test_refusal_names_the_operation(op: Callable[[torch.Tensor], Any], named: s
 def test_every_placeholder_of_every_layer_refuses_shape(row: Row) -> None:
     """Parameters and buffers (running statistics too) name their own layer and name."""
     layer = row.lazy(**row.simple)
-    tensors = placeholders(layer)
+    tensors = lazy_tensors(layer)
     assert tensors, "the simple options should give the layer parameters or buffers"
     owner = row.lazy.__name__
     for name, tensor in tensors.items():
@@ -121,6 +142,65 @@ def test_every_placeholder_of_every_layer_refuses_shape(row: Row) -> None:
             with pytest.raises(lazynn.UnbuiltError, match=rf"the '{name}' of {owner}\b") as info:
                 op(tensor)
             assert_build_advice(str(info.value))
+    for name, tensor in known_tensors(layer).items():  # a real tensor: it has a shape
+        assert (tensor.shape, tensor.size(), tensor.ndim, tensor.numel()) == ((), (), 0, 1), name
+
+
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
+def test_only_shape_free_buffers_are_real_before_the_build(row: Row) -> None:
+    """The lazy norms' ``num_batches_tracked`` is ``tensor(0)`` before the build, as in torch's
+    lazy norms; every other parameter and buffer (running statistics too) is a placeholder."""
+    layer = row.lazy(**row.simple)
+    tensors = all_tensors(layer)
+    known = {"num_batches_tracked"} if row.lazy in KNOWN_COUNTER else set()
+    assert set(known_tensors(layer)) == known
+    assert known <= set(tensors)
+    assert_known_initial(layer)
+    assert set(lazy_tensors(layer)) == set(tensors) - known
+    for name, tensor in lazy_tensors(layer).items():
+        assert isinstance(tensor, (lazynn.UninitializedParameter, lazynn.UninitializedBuffer))
+        assert lazynn.is_lazy(tensor), name
+    if known:  # none without running statistics; nested in a model, the same
+        off = row.lazy(**{**row.simple, "track_running_stats": False})
+        assert not known_tensors(off)
+        assert not dict(off.named_buffers())
+        model = nn.Sequential(nn.Identity(), nn.Sequential(row.lazy(**row.simple)))
+        assert set(known_tensors(model)) == {"1.0.num_batches_tracked"}
+        assert_known_initial(model)
+        assert all(lazynn.is_lazy(t) for t in lazy_tensors(model).values())
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (lazynn.LazyBatchNorm1d, nn.LazyBatchNorm1d),
+        (lazynn.LazyBatchNorm2d, nn.LazyBatchNorm2d),
+        (lazynn.LazyBatchNorm3d, nn.LazyBatchNorm3d),
+        (lazynn.LazyInstanceNorm1d, nn.LazyInstanceNorm1d),
+        (lazynn.LazyInstanceNorm2d, nn.LazyInstanceNorm2d),
+        (lazynn.LazyInstanceNorm3d, nn.LazyInstanceNorm3d),
+    ],
+    ids=lambda c: c.__name__,
+)
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_known_buffers_are_torch_lazy_norms_real_tensors(
+    ours: type[nn.Module], theirs: type[nn.Module], device: str
+) -> None:
+    """The same tensors are real before the build as in torch's lazy norms, alike."""
+    options = {"affine": True, "track_running_stats": True, "device": device}
+    layer, reference = ours(**options), theirs(**options)
+    real = {n: t for n, t in all_tensors(reference).items() if not torch.nn.parameter.is_lazy(t)}
+    assert set(known_tensors(layer)) == set(real) == {"num_batches_tracked"}
+    for name, tensor in known_tensors(layer).items():
+        expected = real[name]
+        assert type(tensor) is type(expected), name
+        assert (tensor.shape, tensor.dtype, tensor.device) == (
+            expected.shape,
+            expected.dtype,
+            expected.device,
+        ), name
+        if device != "meta":
+            assert torch.equal(tensor, expected), name
 
 
 def test_unbuilt_error_is_also_a_torch_error_type() -> None:
@@ -146,16 +226,17 @@ def test_standalone_placeholder_refuses_without_owner() -> None:
 
 def test_is_lazy_on_placeholders_and_modules(row: Row) -> None:
     lazy = row.lazy(**row.simple)
-    tensors = placeholders(lazy)
+    tensors = lazy_tensors(lazy)
     assert all(torch.nn.parameter.is_lazy(t) for t in tensors.values())
     assert all(lazynn.is_lazy(t) for t in tensors.values())
+    assert_known_initial(lazy)  # num_batches_tracked: real already, not lazy
     assert lazynn.is_lazy(lazy)
     model = nn.Sequential(nn.Identity(), nn.Sequential(lazy))
     assert lazynn.is_lazy(model)
     row.call(model[1][0], row.example())
     assert not lazynn.is_lazy(lazy)
     assert not lazynn.is_lazy(model)
-    for t in tensors.values():
+    for t in (*tensors.values(), *all_tensors(lazy).values()):
         assert not torch.nn.parameter.is_lazy(t)
         assert not lazynn.is_lazy(t)
 
@@ -242,13 +323,18 @@ def test_assigned_placeholders_register_as_torch_does() -> None:
 def test_build_fills_placeholders_in_place_and_leaves_plain_torch(row: Row) -> None:
     lazy, eager, _ = build_pair(row, row.simple, row.simple_size)
     fresh = row.lazy(**row.simple)
-    before = placeholders(fresh)
+    names = list(all_tensors(fresh))
+    before = lazy_tensors(fresh)
     torch.manual_seed(0)
     row.call(fresh, row.input(row.simple, row.simple_size))
-    after = placeholders(fresh)
-    assert list(after) == list(before)
+    after = all_tensors(fresh)
+    assert list(after) == names
     for name, tensor in after.items():
-        assert tensor is before[name], name
+        if name in before:  # a placeholder: filled in place
+            assert tensor is before[name], name
+        else:  # a known buffer (num_batches_tracked): the eager value, after the same call
+            assert torch.equal(tensor, eager.get_buffer(name)), name
+            assert tensor.dtype == eager.get_buffer(name).dtype, name
         expected = nn.Parameter if name in dict(fresh.named_parameters()) else torch.Tensor
         assert type(tensor) is expected, name
         assert not torch.nn.parameter.is_lazy(tensor), name

@@ -22,7 +22,7 @@ from torch import nn
 
 import lazynn
 from lazynn._errors import shape_str
-from registry import ROWS, TENSOR_ROWS, Row, build_pair
+from registry import ROWS, TENSOR_ROWS, Row, assert_known_initial, build_pair, lazy_tensors
 
 NORM_ROWS = [r for r in ROWS if "Norm" in r.lazy.__name__]
 #: rows a built checkpoint builds (it has tensors, and they tell everything the layer infers)
@@ -280,7 +280,10 @@ def test_contradicting_checkpoint_is_refused(row: Row) -> None:
     assert "Fix:" in text
     assert_unchanged(target, before)
     assert row.size(target) is lazynn.UNKNOWN
-    assert all(lazynn.is_lazy(t) for t in target.state_dict(keep_vars=True).values())
+    placeholders = lazy_tensors(target)
+    assert set(placeholders) == set(lazy_tensors(row.lazy(**row.simple)))
+    assert all(lazynn.is_lazy(t) for t in placeholders.values())
+    assert_known_initial(target)  # (num_batches_tracked: still 0, nothing was loaded)
     row.call(target, row.example())  # still builds on its first call
     assert type(target) is row.eager
 
@@ -340,10 +343,15 @@ def test_unbuilt_state_dict_survives_torch_save(row: Row) -> None:
     buffer.seek(0)
     loaded = torch.load(buffer)  # the default: weights_only=True
     assert list(loaded) == list(state)
+    placeholders = lazy_tensors(source)
+    assert placeholders
     for key, value in loaded.items():
-        assert lazynn.is_lazy(value), key
+        assert lazynn.is_lazy(value) is (key in placeholders), key
         assert type(value) is type(state[key]), key
         assert value.dtype == state[key].dtype, key
+        if key not in placeholders:  # a real buffer (num_batches_tracked): its value too
+            assert type(value) is torch.Tensor, key
+            assert torch.equal(value, state[key]), key
     if "num_batches_tracked" in loaded:
         assert loaded["num_batches_tracked"].dtype == torch.int64
     parameters = [name for name, _ in source.named_parameters()]
@@ -356,6 +364,8 @@ def test_unbuilt_state_dict_survives_torch_save(row: Row) -> None:
     assert not result.unexpected_keys
     assert lazynn.is_lazy(target)
     assert type(target) is row.lazy
+    assert all(lazynn.is_lazy(t) for t in lazy_tensors(target).values())
+    assert_known_initial(target)
     row.call(target, row.example().double())
     assert type(target) is row.eager
     for name, p in target.named_parameters():

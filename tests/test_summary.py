@@ -27,7 +27,7 @@ from golden_models import CASES, IMAGE, TiedLM, TwoInputs, lazy_cnn, real_inputs
 from lazynn._summary import render
 from lazynn._tensors import is_placeholder
 from lazynn._tensors import raw as _raw
-from registry import Row
+from registry import Row, assert_known_initial, known_tensors, lazy_tensors
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REGEN = os.environ.get("LAZYNN_REGEN_GOLDEN") == "1"
@@ -333,7 +333,12 @@ def test_unbuilt_model_unchanged(train: bool) -> None:
     fingerprint.assert_unchanged()
     assert lazynn.is_lazy(model)
     assert all(lazynn.is_lazy(p) for p in model.parameters())
-    assert all(lazynn.is_lazy(b) for b in model.buffers())
+    placeholders = lazy_tensors(model)
+    assert {name for name, _ in model.named_buffers()} - set(placeholders) == set(
+        known_tensors(model)
+    )
+    assert all(lazynn.is_lazy(t) for t in placeholders.values())
+    assert_known_initial(model)  # num_batches_tracked: real, still 0 in train mode too
     assert all(m.training == train for m in model.modules())
     assert lazynn.summary(model, IMAGE) == first  # again: the same, nothing was left behind
 

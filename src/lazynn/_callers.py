@@ -46,6 +46,7 @@ __all__ = [
     "Wrapper",
     "find_tool",
     "find_wrapper",
+    "scripted_path",
     "under_dynamo",
     "undo_pruning",
     "undo_wrapper",
@@ -305,3 +306,22 @@ def under_dynamo() -> bool:
         frame.f_code.co_name == "initialize_lazy_module" and _DYNAMO in frame.f_code.co_filename
         for frame in _frames(2)
     )
+
+
+def scripted_path(module: nn.Module) -> str | None:
+    """The path of ``module`` in the model ``torch.jit.script`` was given (read off its
+    frames, whose ``obj`` is that model; error path only), or None."""
+    frame = sys._getframe(1)  # CPython frame access: only on the error path
+    root = None
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(os.path.join("jit", "_script.py")):
+            obj = frame_locals(frame, ("obj",)).get("obj")
+            if isinstance(obj, nn.Module):
+                root = obj  # the outermost one is the user's model
+        frame = frame.f_back  # type: ignore[assignment]
+    if root is None:
+        return None
+    if root is module:
+        return ""
+    found = next((path for path, m in root.named_modules() if m is module), None)
+    return found

@@ -19,8 +19,6 @@ is overridden here, and tests/test_torch_internals.py checks that this stays so.
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -31,8 +29,8 @@ from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 from . import _registries  # noqa: F401  (registers the placeholders with torch)
-from ._callers import find_tool, under_dynamo, untraced
-from ._errors import BUILD, InferenceError, UnbuiltError, frame_locals, message, module_path
+from ._callers import find_tool, scripted_path, under_dynamo, untraced
+from ._errors import BUILD, InferenceError, UnbuiltError, message, module_path
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, STATE_KEY, context, find_state, record_construction
 from ._tensors import is_placeholder, own_slots, own_tensors
@@ -160,25 +158,6 @@ def _fx_proxy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy |
         if isinstance(value, torch.fx.Proxy):
             return value
     return None
-
-
-def _scripted_path(module: nn.Module) -> str | None:
-    """The path of ``module`` in the model ``torch.jit.script`` was given (read off its
-    frames, whose ``obj`` is that model; error path only), or None."""
-    frame = sys._getframe(1)  # CPython frame access: only on the error path
-    root = None
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(os.path.join("jit", "_script.py")):
-            obj = frame_locals(frame, ("obj",)).get("obj")
-            if isinstance(obj, nn.Module):
-                root = obj  # the outermost one is the user's model
-        frame = frame.f_back  # type: ignore[assignment]
-    if root is None:
-        return None
-    if root is module:
-        return ""
-    found = next((path for path, m in root.named_modules() if m is module), None)
-    return found
 
 
 class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
@@ -475,7 +454,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             left += [n for n, t in self.named_buffers() if is_placeholder(t)]  # type: ignore[attr-defined]
             raise UnbuiltError(
                 message(
-                    module_path(self, _scripted_path(self)),  # type: ignore[arg-type]
+                    module_path(self, scripted_path(self)),  # type: ignore[arg-type]
                     "a built module for torch.jit.script",
                     "a module that has uninitialized parameters (it is not built yet)",
                     f"build the model first: {BUILD}, or call it once on an example input "
