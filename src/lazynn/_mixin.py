@@ -289,8 +289,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         so a concurrent first call waits and then finds the module built. Only unbuilt
         modules pass through here: the build swaps the class, and with it this method.
         """
-        proxy = _fx_proxy(args, kwargs)
-        if proxy is not None and is_unbuilt(self):  # type: ignore[arg-type]
+        proxy = _fx_proxy(args, kwargs) if is_unbuilt(self) else None  # type: ignore[arg-type]
+        if proxy is not None:  # (a built module that kept its class: no scan of its inputs)
             # torch.fx.symbolic_trace: a leaf, as fx makes torch's lazy modules (the graph's
             # first run builds it)
             tracer = proxy.tracer
