@@ -417,6 +417,54 @@ def test_draws_between_construction_and_build_are_not_repeated() -> None:
         assert not torch.equal(a[offset : offset + 100], b[:100])
 
 
+class _ViT(nn.Module):
+    """A ViT's shape: the parent creates ``cls_token`` and ``pos`` in its own ``__init__``."""
+
+    def __init__(self, lazy: bool, tokens_first: bool) -> None:
+        super().__init__()
+
+        def patch() -> nn.Module:
+            return lazynn.LazyConv2d(6, 4, stride=4) if lazy else nn.Conv2d(3, 6, 4, stride=4)
+
+        if not tokens_first:
+            self.patch = patch()
+        self.cls_token = nn.Parameter(torch.randn(1, 1, 6))
+        self.pos = nn.Parameter(torch.empty(1, 5, 6).normal_(std=0.02))
+        if tokens_first:
+            self.patch = patch()
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        return self.head(x[:, 0])  # type: ignore[no-any-return]
+
+
+def test_tensors_a_parent_draws_after_a_lazy_layer_are_named_as_the_cause() -> None:
+    example = torch.randn(2, 3, 8, 8)
+    torch.manual_seed(0)
+    model = _ViT(lazy=True, tokens_first=False)
+    with pytest.warns(UserWarning, match=r"'cls_token', 'pos' \(tensors a module creates") as got:
+        lazynn.build(model, example)
+    assert "before the first lazy layer in __init__" in str(got[0].message)
+
+
+def test_tensors_a_parent_draws_before_its_lazy_layers_give_the_eager_twin() -> None:
+    example = torch.randn(2, 3, 8, 8)
+    torch.manual_seed(0)
+    model = _ViT(lazy=True, tokens_first=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazynn.build(model, example)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    eager = _ViT(lazy=False, tokens_first=True)
+    assert torch.equal(torch.get_rng_state(), after)
+    expected = eager.state_dict()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+
+
 def test_layers_initialized_outside_reset_parameters_are_reported() -> None:
     model = nn.Sequential(lazynn.LazyLinear(8), nn.TransformerEncoderLayer(8, 2, 16))
     with pytest.warns(UserWarning, match=r"'1.self_attn' initializes outside reset_parameters"):

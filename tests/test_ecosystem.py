@@ -220,12 +220,6 @@ def test_functional_call_with_real_tensors_builds_own_placeholders(row: Row) -> 
 
 
 def test_functional_call_with_own_placeholders_builds(row: Row) -> None:
-    if "num_batches_tracked" in getattr(row.lazy, "known_buffers", ()):
-        # Known gap (issue 11, open): the build replaces the real num_batches_tracked, so
-        # the count of a training-mode first call under functional_call goes into the new
-        # tensor, and functional_call puts the old 0 back; torch's lazy norms reset it in
-        # place and end at 1. strict: this test says when it is fixed.
-        pytest.xfail("num_batches_tracked of a functional_call first call (issue 11)")
     x = row.example()
     torch.manual_seed(0)
     layer = row.lazy(**row.simple)
@@ -234,12 +228,10 @@ def test_functional_call_with_own_placeholders_builds(row: Row) -> None:
     eager = eager_twin(row)
     assert torch.equal(y, row.call(eager, x))
     assert_same_module(layer, eager)
-    placeholders = lazy_tensors(row.lazy(**row.simple))
     built = dict((*layer.named_parameters(), *layer.named_buffers()))
     for name, t in own.items():  # the dict's placeholders are the built tensors
         assert not is_placeholder(t), name
-        if name in placeholders:  # (a known buffer is replaced by the build, with its value)
-            assert t is built[name], name
+        assert t is built[name], name  # (a known buffer too: reset in place, as torch's)
         assert torch.equal(t, built[name]), name
 
 

@@ -407,3 +407,43 @@ def test_repr_shows_unknown_sizes_honestly(row: Row, data: st.DataObject) -> Non
     eager = row.new_eager(options, size)
     assert repr(lazy) == repr(eager)
     assert "?" not in repr(lazy)
+
+
+@pytest.mark.parametrize("lazy", KNOWN_COUNTER[:3], ids=lambda c: c.__name__)
+def test_build_resets_the_counter_in_place_and_a_rollback_restores_its_value(
+    lazy: type[nn.Module],
+) -> None:
+    """num_batches_tracked keeps its identity through a build (torch's lazy norms reset it in
+    place); a first call that fails after the norm counted puts the count back."""
+    rank = {"LazyBatchNorm1d": 2, "LazyBatchNorm2d": 4, "LazyBatchNorm3d": 5}[lazy.__name__]
+    norm = lazy()
+    counter = norm.num_batches_tracked
+    counter.fill_(7)  # whatever it held (to_empty leaves garbage): the build resets it
+
+    x = torch.randn(4, 3, *(2,) * (rank - 2))
+
+    def fails(module: nn.Module, args: Any, output: Any) -> None:
+        assert module.num_batches_tracked.item() == 1  # built, reset, counted: then it fails
+        raise RuntimeError("after the forward")
+
+    handle = norm.register_forward_hook(fails)
+    with pytest.raises(RuntimeError, match="after the forward"):
+        norm(x)
+    handle.remove()
+    assert lazynn.is_lazy(norm)
+    assert norm.num_batches_tracked is counter
+    assert counter.item() == 7
+    norm(x)
+    assert norm.num_batches_tracked is counter
+    assert counter.item() == 1  # reset to eager's 0 by the build, then counted once
+
+
+def test_placeholder_storage_is_empty_as_a_meta_tensors() -> None:
+    """untyped_storage() answers, as for a meta tensor (safetensors asks each tensor of a
+    model for its storage to find shared ones); nothing can be read or written through it."""
+    weight = lazynn.LazyLinear(3).weight
+    storage = weight.untyped_storage()
+    meta = torch.empty(0, device="meta").untyped_storage()
+    assert (storage.data_ptr(), storage.nbytes()) == (meta.data_ptr(), meta.nbytes()) == (0, 0)
+    with pytest.raises(lazynn.UnbuiltError, match="Attempted to use an uninitialized parameter"):
+        weight.contiguous()

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
-from ._construct import Slot, key_text
+from ._construct import Slot, key_text, slots
 from ._errors import CheckpointError, message, shape_str
 
-__all__ = ["Shapes", "solve_sizes"]
+__all__ = ["Shapes", "checked_layout", "solve_sizes"]
 
 #: sizes -> the shape of every tensor of the layer built with them (on meta)
 Shapes = Callable[[Mapping[str, Any]], dict[Slot, torch.Size]]
@@ -142,3 +143,47 @@ class _Problem:
                 "load a checkpoint that has this layer's parameters",
             )
         )
+
+
+def checked_layout(
+    construct: Callable[[Mapping[str, Any]], nn.Module],
+    kwargs: Mapping[str, Any],
+    sizes: Mapping[str, Any],
+    found: Mapping[Slot, torch.Size],
+    where: str,
+    prefix: str,
+) -> nn.Module:
+    """The layer ``construct(sizes)`` makes (on meta), checked against the checkpoint's
+    shapes ``found``; a :class:`CheckpointError` naming ``where`` if the layer's arguments
+    (``kwargs``) refuse those sizes or give other shapes."""
+    try:
+        shadow = construct(sizes)
+    except Exception as error:  # the eager class refuses these sizes with these arguments
+        known = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise CheckpointError(
+            message(
+                where,
+                f"a checkpoint whose sizes make a valid layer with its arguments ({known})",
+                "a checkpoint giving " + ", ".join(f"{k}={v}" for k, v in sizes.items()),
+                "construct the layer with the arguments the checkpoint was saved with; "
+                "nothing was loaded into this layer",
+                detail=str(error),
+            )
+        ) from error
+    expected = {key: t.shape for key, t in slots(shadow).items()}
+    wrong = {k: v for k, v in found.items() if tuple(expected[k]) != tuple(v)}
+    if wrong:
+        known = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise CheckpointError(
+            message(
+                where,
+                "checkpoint shapes that agree with the layer's arguments ("
+                + known
+                + "): "
+                + ", ".join(f"'{prefix}{key_text(k)}' {shape_str(expected[k])}" for k in wrong),
+                ", ".join(f"{shape_str(v)}" for v in wrong.values()),
+                "construct the layer with the arguments the checkpoint was saved with; "
+                "nothing was loaded into this layer",
+            )
+        )
+    return shadow

@@ -38,6 +38,7 @@ __all__ = [
     "key_text",
     "match_dtypes",
     "new",
+    "parameter_device",
     "short_repr",
     "slots",
 ]
@@ -47,6 +48,26 @@ MODULE_KEYS = frozenset(nn.Module().__dict__)
 
 #: (submodule path, tensor name): where a parameter or buffer sits in a layer
 Slot = tuple[str, str]
+
+#: nn.Module.register_parameter as torch defines it
+_REGISTER_PARAMETER = nn.Module.register_parameter
+
+
+def parameter_device(default: torch.device) -> torch.device:
+    """Where a parameter registered now lands: ``default``, unless a tool has replaced
+    ``nn.Module.register_parameter`` to move parameters as they are registered (accelerate's
+    ``init_empty_weights``/``init_on_device``). Then the placeholders of a layer constructed
+    without ``device=`` go where that tool sends an eager layer's parameters.
+
+    A lazy layer sets its placeholders in its parameter dict directly (they must keep their
+    identity), past any such replacement; this asks the replacement with a throwaway module.
+    """
+    if nn.Module.register_parameter is _REGISTER_PARAMETER:  # the usual case: one check
+        return default
+    probe = nn.Module()
+    nn.Module.register_parameter(probe, "probe", nn.Parameter(torch.empty(0, device=default)))
+    placed = probe._parameters["probe"]
+    return placed.device if placed is not None else default
 
 
 @functools.cache

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ._callers import under_dynamo, untraced
-from ._checkpoint import solve_sizes
+from ._checkpoint import checked_layout, solve_sizes
 from ._construct import (
     MODULE_KEYS,
     Slot,
@@ -42,10 +42,10 @@ from ._construct import (
     key_text,
     match_dtypes,
     new,
+    parameter_device,
     slots,
 )
 from ._errors import (
-    CheckpointError,
     InferenceError,
     LazynnError,
     message,
@@ -63,6 +63,7 @@ from ._inputs import (
 )
 from ._mixin import LazyModuleMixin, attach, finish, in_build, is_unbuilt, rehearsing
 from ._placeholder import UninitializedBuffer, UninitializedParameter, fill, placeholder_for
+from ._snapshot import RandomState
 from ._state import LazyState, context, lazy_state, record_construction
 from ._tensors import is_placeholder, own_slots, raw
 
@@ -128,6 +129,7 @@ class LazyLayer(LazyModuleMixin):
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
         target = torch.device(device) if device is not None else torch.get_default_device()
+        param_target = target if device is not None else parameter_device(target)
         probes = {name: spec.probe_value(kwargs) for name, spec in self._lazynn_specs().items()}
         if isinstance(self, self.cls_to_become):
             new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype, into=self)
@@ -148,8 +150,10 @@ class LazyLayer(LazyModuleMixin):
                     # norms) hold it
                     store[name] = torch.zeros(tensor.shape, dtype=tensor.dtype, device=target)
                     continue
-                kind = UninitializedBuffer if store is module._buffers else UninitializedParameter
-                placeholder = placeholder_for(tensor, kind, target, self, prefix, name)
+                buffer = store is module._buffers
+                kind = UninitializedBuffer if buffer else UninitializedParameter
+                where = target if buffer else param_target
+                placeholder = placeholder_for(tensor, kind, where, self, prefix, name)
                 store[name] = state.placeholders[(prefix, name)] = placeholder
         for name, spec in self._lazynn_specs().items():
             if name in self.__dict__:  # stored by the eager class (not all store it)
@@ -333,10 +337,28 @@ class LazyLayer(LazyModuleMixin):
         eager_modules = dict(eager.named_modules())
         own_modules = dict(self.named_modules())
         moves = []
+        real: dict[torch.device, dict[str, nn.Module]] = {}
+
+        def eager_value(prefix: str, name: str, held: torch.device) -> torch.Tensor:
+            value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
+            if device is None and value.is_meta and held.type != "meta":
+                # Parameters on meta and buffers not (accelerate's init_empty_weights): the
+                # buffers get the values an eager construction there gives them, drawing
+                # nothing (an eager layer under init_empty_weights draws nothing either).
+                if held not in real:
+                    saved = RandomState()  # (its draws are not the model's: put back)
+                    try:
+                        built = self._lazynn_new_eager(sizes, held, dtype)
+                        real[held] = dict(built.named_modules())
+                    finally:
+                        saved.restore()
+                value = getattr(real[held][prefix], name).detach()
+            return value
+
         for (prefix, name), tensor in placed:  # allocate everything first, commit after
             if not is_placeholder(tensor):
                 continue
-            value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
+            value = eager_value(prefix, name, raw(tensor).device)
             current = getattr(own_modules[prefix], name)
             if current is not tensor and (
                 is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
@@ -359,15 +381,22 @@ class LazyLayer(LazyModuleMixin):
             if value.device != target_device or value.dtype != target_dtype:
                 value = value.to(device=target_device, dtype=target_dtype)
             moves.append((own_modules[prefix], name, tensor, value))
-        known = []  # (num_batches_tracked: a new tensor with eager's value, so that a
-        # rollback puts the old one back and to_empty's garbage is not kept)
+        # num_batches_tracked: eager's value, in place as torch's lazy norms reset it (a
+        # first call under functional_call counts into the tensor it passed; the snapshot
+        # puts the value back on a rollback), or a new tensor where the build moves it.
+        known: list[tuple[str, torch.Tensor, torch.Tensor]] = []
         for name in self.known_buffers:
             current, built = self._buffers.get(name), eager._buffers.get(name)
             if current is not None and built is not None and not is_placeholder(current):
                 where = current.device if device is None else built.device
-                known.append((name, built.detach().to(device=where, dtype=current.dtype)))
-        for name, value in known:
-            self._buffers[name] = value
+                built = eager_value("", name, current.device)
+                known.append((name, current, built.to(device=where, dtype=current.dtype)))
+        for name, current, value in known:
+            if current.device == value.device and not current.is_inference():
+                with torch.no_grad():
+                    current.copy_(value)
+            else:
+                self._buffers[name] = value
         for module, name, tensor, value in moves:
             if raw(tensor).device.type == value.device.type:
                 fill(tensor, value)  # in place: an optimizer holding it trains it
@@ -416,36 +445,14 @@ class LazyLayer(LazyModuleMixin):
             return  # nothing built in the checkpoint: stay unbuilt
         where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
         sizes = self._lazynn_solve_sizes(found, where, prefix)
-        try:
-            shadow = self._lazynn_construct(sizes, "meta")  # (the build allocates from it)
-        except Exception as error:  # the eager class refuses these sizes with these arguments
-            known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn.kwargs.items())
-            raise CheckpointError(
-                message(
-                    where,
-                    f"a checkpoint whose sizes make a valid layer with its arguments ({known})",
-                    "a checkpoint giving " + ", ".join(f"{k}={v}" for k, v in sizes.items()),
-                    "construct the layer with the arguments the checkpoint was saved with; "
-                    "nothing was loaded into this layer",
-                    detail=str(error),
-                )
-            ) from error
-        expected = {key: t.shape for key, t in slots(shadow).items()}
-        wrong = {k: v for k, v in found.items() if tuple(expected[k]) != tuple(v)}
-        if wrong:
-            known = ", ".join(f"{k}={v!r}" for k, v in self._lazynn.kwargs.items())
-            raise CheckpointError(
-                message(
-                    where,
-                    "checkpoint shapes that agree with the layer's arguments ("
-                    + known
-                    + "): "
-                    + ", ".join(f"'{prefix}{key_text(k)}' {shape_str(expected[k])}" for k in wrong),
-                    ", ".join(f"{shape_str(v)}" for v in wrong.values()),
-                    "construct the layer with the arguments the checkpoint was saved with; "
-                    "nothing was loaded into this layer",
-                )
-            )
+        shadow = checked_layout(
+            lambda chosen: self._lazynn_construct(chosen, "meta"),
+            self._lazynn.kwargs,
+            sizes,
+            found,
+            where,
+            prefix,
+        )  # (the build allocates from it)
         every = len(found) == len(self._lazynn.placeholders)
         # A checkpoint that holds every tensor of the layer: allocated uninitialized, its
         # values come from the checkpoint, no random number is drawn. Otherwise (strict=False,

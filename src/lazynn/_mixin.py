@@ -436,6 +436,12 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 if is_placeholder(tensor):
                     tensors[name] = copy.deepcopy(tensor)
         if is_unbuilt(self):  # type: ignore[arg-type]
+            # Its real buffers too (num_batches_tracked), which a build resets and a forward
+            # counts in place (a built layer's copy shares them, as torch's does)
+            for name in getattr(cls, "known_buffers", ()):
+                known = new._buffers.get(name)
+                if known is not None and not is_placeholder(known):
+                    new._buffers[name] = known.detach().clone()
             # The copied hook dicts hold our hook under the original handle's id; point a
             # handle with that id at the copy's dicts (RemovableHandle is torch's public type,
             # the `_forward_pre_hooks*` dicts are nn.Module's own storage for it).

@@ -92,6 +92,10 @@ _ALLOWED_METHODS: frozenset[Callable[..., Any]] = frozenset(
         torch.Tensor.get_device,
         torch.Tensor.element_size,
         torch._has_compatible_shallow_copy_type,
+        # The (empty) storage of the placeholder's data: pointer 0 and 0 bytes, as a meta
+        # tensor's. safetensors' load_model and accelerate ask every tensor of a model for
+        # its storage to find tied weights; torch's placeholders refuse (a listed difference).
+        torch.Tensor.untyped_storage,
     }
 )
 
@@ -174,11 +178,12 @@ class _Placeholder:
                 message(
                     f"checkpoint entry {key}",
                     f"a built tensor for {what}",
-                    f"an unbuilt {type(self).__name__}, which holds no values (loading the "
-                    "state_dict of an unbuilt model into a built one is the usual cause)",
-                    "build the source model before taking its state_dict, or drop the unbuilt "
-                    "entries: {k: v for k, v in sd.items() if not lazynn.is_lazy(v)} and load "
-                    "with strict=False",
+                    f"an unbuilt {type(self).__name__}, which holds no values (saving the "
+                    "state_dict of an unbuilt model, or loading it into a built one, is the "
+                    "usual cause)",
+                    f"build the source model before taking its state_dict ({BUILD}), or drop "
+                    "the unbuilt entries: {k: v for k, v in sd.items() if not lazynn.is_lazy(v)} "
+                    "and load with strict=False",
                     detail=phrase,
                 )
             )

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ._state import find_state
-from ._tensors import is_placeholder, own_tensors
+from ._tensors import is_placeholder, own_slots, own_tensors
 
 __all__ = ["Plan", "plan", "reset_of", "scratch_init"]
 
@@ -101,15 +101,7 @@ def plan(
     replay, tied, found, stopped, end = _rehearse_stream(state.rng, eager_after, owned)
     # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
     if stopped is None and not torch.equal(end, now):
-        return Plan(
-            tied=frozenset(tied),
-            notes=(
-                "random numbers were drawn between constructing the model and build(): the "
-                "lazy layers are initialized from the current random state (as a first call "
-                "would) and the eager ones keep their values, so the model differs from an "
-                "eager one; for an exact eager twin, seed, construct, then build",
-            ),
-        )
+        return Plan(tied=frozenset(tied), notes=(_drift_note(order, path),))
     return Plan(state.rng, frozenset(replay), frozenset(tied), tuple(found))
 
 
@@ -159,3 +151,41 @@ def _rehearse_stream(
             "eager layers keep their constructed values and may differ from an eager model"
         )
     return replay, tied, notes, stopped, end
+
+
+def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
+    """Why the generator is not where replaying the construction ends, for the warning.
+
+    A module enclosing the first lazy layer (``first``) may have drawn numbers for tensors of
+    its own in its ``__init__`` after constructing that layer (a ViT's ``cls_token``): draws
+    lazynn cannot replay, since no ``reset_parameters()`` makes them. Name those tensors.
+    """
+    enclosing = [
+        (path, module)
+        for path, module in order
+        if (not path or first.startswith(path + ".")) and own_tensors(module)
+    ]
+    named = [
+        f"'{f'{path}.{name}' if path else name}'"
+        for path, module in enclosing
+        for _, name, tensor in own_slots(module)
+        if not is_placeholder(tensor) and tensor.is_floating_point()
+    ]
+    effect = (
+        "the lazy layers are initialized from the current random state (as a first call "
+        "would) and the eager ones keep their values, so the model differs from an eager one"
+    )
+    if named:
+        return (
+            f"the generator is not where replaying the model's construction ends: "
+            f"{', '.join(named[:4])}{' ...' if len(named) > 4 else ''} (tensors a module "
+            f"creates in its own __init__, around the lazy layer '{first}') may have drawn "
+            "random numbers after that layer was constructed, which lazynn cannot replay, or "
+            f"numbers were drawn between constructing the model and build(): {effect}; for an "
+            "exact eager twin, create such tensors before the first lazy layer in __init__ "
+            "(or in a reset_parameters()), and seed, construct, then build"
+        )
+    return (
+        "random numbers were drawn between constructing the model and build(): "
+        f"{effect}; for an exact eager twin, seed, construct, then build"
+    )

@@ -7,7 +7,9 @@ failure the user's model is left exactly as it was" holds by construction:
 * the content of every dict, set and list a module holds (``_parameters``, ``_buffers``,
   ``_modules``, every hook dict, lazynn's own records), restored in place and in order;
 * each lazy layer's :class:`~lazynn._state.LazyState` (its fields, restored in place);
-* each placeholder's data, class and attributes (a build fills placeholders in place).
+* each placeholder's data, class and attributes (a build fills placeholders in place);
+* the value of each real buffer a lazy layer keeps before its build (``known_buffers``:
+  ``num_batches_tracked``), which a build resets and a first call's forward counts in place.
 """
 
 from __future__ import annotations
@@ -40,8 +42,13 @@ class Snapshot:
         self.containers: list[tuple[Any, Any]] = []
         self.states: list[tuple[LazyState, LazyState]] = []
         self.tensors: list[tuple[torch.Tensor, type, torch.Tensor, dict[str, Any]]] = []
+        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._own: dict[int, dict[str, torch.Tensor | None]] = {}
         for module in root.modules():
+            for name in getattr(type(module), "known_buffers", ()):
+                known = module._buffers.get(name)
+                if known is not None and not is_placeholder(known) and not known.is_meta:
+                    self.values.append((known, known.detach().clone()))
             attrs = dict(module.__dict__)
             self._own[id(module)] = {**module._parameters, **module._buffers}
             self.modules.append((module, module.__class__, attrs))
@@ -82,6 +89,10 @@ class Snapshot:
             tensor.__class__ = cls
             tensor.__dict__.clear()
             tensor.__dict__.update(tensor_attrs)
+        with torch.no_grad():
+            for tensor, value in self.values:
+                if not torch.equal(tensor, value):  # (unchanged: no write, as under torch.func)
+                    tensor.copy_(value)
 
 
 class RandomState:
