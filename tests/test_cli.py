@@ -1,4 +1,6 @@
-"""The command line: ``python -m lazynn summary FILE.py:FACTORY --input SHAPE[:DTYPE] [--dtype]``.
+"""The command line: ``lazynn summary TARGET --input SHAPE[:DTYPE] [--dtype]`` (also run as
+``python -m lazynn``), TARGET being ``FILE.py:NAME``, ``MODULE:NAME`` or either with literal
+arguments, ``FILE.py:NAME(2, width=64)``.
 
 Most cases call ``lazynn._cli.main(argv)`` in-process (fast); a few run the real command in
 subprocesses, started together once per module (``runs``), to check exit statuses and that
@@ -7,7 +9,9 @@ errors print one line and no traceback.
 
 from __future__ import annotations
 
+import os
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +27,13 @@ DIGITS = "examples/digits.py:make_model"
 
 NETS = '''\
 """Factories for the command-line tests."""
+from typing import Any
+
 import torch
 from torch import nn
 
 import lazynn
+from lazynn import LazyLinear
 
 
 class TwoInputs(nn.Module):
@@ -59,6 +66,23 @@ def raises():
 
 def not_a_module():
     return 3
+
+
+def conv():
+    return nn.Sequential(lazynn.LazyConv2d(4, 3))
+
+
+def embed():
+    return nn.Sequential(nn.Embedding(10, 4), LazyLinear(3))
+
+
+def sized(width, depth=1, *, bias=True, name="a:b"):
+    assert name.count(":") == 1, name
+    return nn.Sequential(*[LazyLinear(width, bias=bias) for _ in range(depth)])
+
+
+def _private():
+    return tiny()
 '''
 
 CRASHES = 'raise ValueError("fails at import\\nsecond line of the detail")\n'
@@ -162,7 +186,7 @@ ERRORS = {
         ["examples/no_such_file.py:make_model", "--input", "2x3"],
         ["no such file", "no_such_file.py"],
     ),
-    "no factory name": (["{nets}", "--input", "2x3"], ["FILE.py:FACTORY", "nets.py"]),
+    "no factory name": (["{nets}", "--input", "2x3"], ["FILE.py:NAME", "MODULE:NAME", "nets.py"]),
     "missing factory": (
         ["{nets}:no_such_factory", "--input", "2x3"],
         ["'no_such_factory'", "two_inputs"],
@@ -278,7 +302,8 @@ def test_file_can_import_its_neighbours(tmp_path: Path, capsys: pytest.CaptureFi
         "def make():\n    return lazynn.LazyLinear(WIDTH)\n"
     )
     assert main(["summary", f"{tmp_path / 'net.py'}:make", "--input", "2x3"]) == 0
-    assert "weight [7, 3]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "LazyLinear: input [2, 3] -> output [2, 7]"
     assert str(tmp_path) not in sys.path
 
 
@@ -295,3 +320,248 @@ def test_a_shape_too_large_is_one_line(capsys: pytest.CaptureFixture[str]) -> No
     assert status == 2
     assert len(err.strip().splitlines()) == 1
     assert err.startswith("lazynn: error:")
+
+
+# --- version, targets, factory arguments ------------------------------------------------------
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"lazynn {lazynn.__version__} ")
+    assert torch.__version__ in out
+
+
+def test_help_names_the_target_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["summary", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for fragment in ["FILE.py:NAME", "MODULE:NAME", "NAME(2, width=64)", "--input", "--dtype"]:
+        assert fragment in out
+
+
+def test_factory_arguments(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lazy_llama takes its configuration: literal arguments in Python call syntax."""
+    monkeypatch.chdir(ROOT)
+    call = "lazy_llama(2, 32, n_heads=4, d_ff=64, vocab=100, n_kv_heads=None)"
+    assert main(["summary", f"examples/models.py:{call}", "--input", "1x16:long"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines()[0].startswith("LazyLlama: input [1, 16] int64 -> output [1, 16, 100]")
+    namespace = runpy.run_path(str(ROOT / "examples" / "models.py"), run_name="models_test")
+    factory = namespace["lazy_llama"]
+    total = built_total(lambda: factory(2, 32, 4, 64, 100), lazynn.Spec((1, 16), torch.long))
+    assert total_line(total) in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("call", "total"),
+    [
+        ("sized(6)", 36),
+        ("sized( 6 , depth=2, bias=False )", 5 * 6 + 6 * 6),
+        ("sized(6, name='x:y')", 36),  # a colon in a string argument
+        ("sized(*(6,))", None),
+    ],
+)
+def test_factory_argument_forms(
+    call: str, total: int | None, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    code = main(["summary", f"{nets}:{call}", "--input", "2x5"])
+    out, err = capsys.readouterr()
+    if total is None:
+        assert_one_line_error(code, out, err, "*arguments are not supported")
+        return
+    assert code == 0, err
+    assert out.splitlines()[0] == "Sequential: input [2, 5] -> output [2, 6]"
+    assert total_line(total) in out.splitlines()
+
+
+def test_module_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MODULE:NAME imports MODULE (the current folder first, as `python -m` does)."""
+    package = tmp_path / "clipkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(NETS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    for name in ["clipkg", "clipkg.nets"]:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["summary", "clipkg.nets:sized(7)", "--input", "2x3"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "Sequential: input [2, 3] -> output [2, 7]"
+    assert str(tmp_path) not in sys.path
+    code = main(["summary", "clipkg.nets:TwoInputs.nope", "--input", "2x3"])
+    assert_one_line_error(code, *capsys.readouterr(), "'TwoInputs.nope'")
+
+
+MODULE_ERRORS = {
+    "missing module": ("no_such_module_xyz.nets:f", ["no such file or module", "no_such_module"]),
+    "missing submodule": ("json.no_such_part:f", ["no such file or module", "json.no_such_part"]),
+    "module raises": ("{module}:f", ["failed to import", "fails at import"]),
+    "missing attribute": ("json:no_such", ["json has no callable 'no_such'", "loads"]),
+    "missing path": ("no/such/folder:f", ["no such file: no/such/folder"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MODULE_ERRORS))
+def test_module_errors(
+    case: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    target, fragments = MODULE_ERRORS[case]
+    (tmp_path / "cli_crashes_at_import.py").write_text(CRASHES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_crashes_at_import", raising=False)
+    target = target.format(module="cli_crashes_at_import")
+    code = main(["summary", target, "--input", "2"])
+    assert_one_line_error(code, *capsys.readouterr(), *fragments)
+
+
+FACTORY_ERRORS = {
+    "non-literal argument": ("sized(width)", ["must be Python literals", "'width' for argument 1"]),
+    "non-literal keyword": ("sized(6, depth=2 + n)", ["'2 + n' for depth"]),
+    "call in an argument": ("sized(int('6'))", ["Python literals", "int('6')"]),
+    "**arguments": ("sized(**{'width': 6})", ["**arguments are not supported"]),
+    "missing arguments": ("sized", ["sized() failed", "Fix: pass its arguments", "(width"]),
+    "wrong arguments": ("sized(6, nope=1)", ["'nope'", "its signature: sized(width"]),
+    "not a call": ("sized[0]", ["expected TARGET", "MODULE:NAME"]),
+}
+
+
+@pytest.mark.parametrize("case", list(FACTORY_ERRORS))
+def test_factory_argument_errors(case: str, capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    call, fragments = FACTORY_ERRORS[case]
+    code = main(["summary", f"{nets}:{call}", "--input", "2x5"])
+    assert_one_line_error(code, *capsys.readouterr(), *fragments)
+
+
+def test_no_callable_lists_what_the_file_defines(
+    capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    code = main(["summary", f"{nets}:two_input", "--input", "2"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, "did you mean 'two_inputs'?")
+    defined = err.split("it defines: ")[1].strip().split(", ")
+    # functions first, then classes, in their order in the file; no imports, no _private
+    assert defined == [
+        "two_inputs",
+        "tiny",
+        "broken",
+        "raises",
+        "not_a_module",
+        "conv",
+        "embed",
+        "sized",
+        "TwoInputs",
+    ]
+
+
+def test_no_callable_list_is_short(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "many.py"
+    path.write_text("".join(f"def f{i}():\n    pass\n\n\n" for i in range(25)))
+    code = main(["summary", f"{path}:g", "--input", "2"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, "f0, f1,", "f19, ... (5 more)")
+    assert "f20" not in err
+    (tmp_path / "empty.py").write_text("from os import path\n")
+    code = main(["summary", f"{tmp_path / 'empty.py'}:path", "--input", "2"])
+    assert_one_line_error(code, *capsys.readouterr(), "no public function or class")
+
+
+# --- fixes that name the command's flags -------------------------------------------------------
+
+FIXES = {
+    "float16 input, float32 model": (
+        ["{nets}:conv", "--input", "1x3x8x8:float16"],
+        ["received a torch.float16 input", "Fix: pass --dtype float16", "drop ':float16'"],
+    ),
+    "half input (an alias)": (
+        ["{nets}:tiny", "--input", "2x5:half"],
+        ["Fix: pass --dtype float16", "drop ':half' from --input 2x5:half"],
+    ),
+    "bfloat16 input, --dtype float16": (
+        ["{nets}:tiny", "--input", "2x5:bfloat16", "--dtype", "float16"],
+        ["Fix: pass --dtype bfloat16", "drop ':bfloat16'"],
+    ),
+    "long input, float model": (
+        ["{nets}:tiny", "--input", "2x5:long"],
+        ["floating-point input", "drop ':long' from --input 2x5:long"],
+    ),
+    "float input, embedding": (
+        ["{nets}:embed", "--input", "2x5"],
+        ["Embedding at '0'", "Fix: pass token ids as integers: add ':long' to their --input"],
+    ),
+    "bad layout": (
+        ["{nets}:conv", "--input", "3x8"],
+        ["received shape (3, 8)", "Fix: change the --input shape"],
+    ),
+    "zero dimension": (["{nets}:tiny", "--input", "2x0"], ["Fix: give --input no 0 dimension"]),
+    "input too small": (
+        ["{nets}:broken", "--input", "1x3x2x2"],
+        ["Kernel size", "Fix: check the --input shapes"],
+    ),
+    "too many inputs": (
+        ["{nets}:tiny", "--input", "2x5", "--input", "2x5"],
+        ["Fix: give one --input per argument of the model's forward"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FIXES))
+def test_fixes_name_the_flags(case: str, capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    args, fragments = FIXES[case]
+    code = main(["summary", *fill(args, nets)])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, *fragments)
+    for python_api in ["x.to(", "layer.to(", "reshape the input", "call the layer", "the model is"]:
+        assert python_api not in err
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_fix_with_dtype_works(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    """The fix the float16 error gives, followed, runs."""
+    assert (
+        main(["summary", f"{nets}:conv", "--input", "1x3x8x8:float16", "--dtype", "float16"]) == 0
+    )
+    assert main(["summary", f"{nets}:conv", "--input", "1x3x8x8"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+# --- the console script -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_console_script(nets: Path) -> None:
+    """`lazynn` (pyproject's [project.scripts]) runs the same command as `python -m lazynn`."""
+    script = shutil.which("lazynn", path=str(Path(sys.executable).parent)) or shutil.which("lazynn")
+    if script is None:
+        pytest.skip("the lazynn script is not installed: pip install --no-deps -e .")
+    done = subprocess.run(
+        [script, "summary", f"{nets}:sized(6)", "--input", "2x5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "Sequential: input [2, 5] -> output [2, 6]"
+    assert total_line(36) in done.stdout.splitlines()
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0
+    assert version.stdout.startswith(f"lazynn {lazynn.__version__} ")
+    failed = subprocess.run(
+        [script, "summary", f"{nets}:nope", "--input", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_one_line_error(failed.returncode, failed.stdout, failed.stderr, "two_inputs")
