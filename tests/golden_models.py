@@ -7,7 +7,10 @@ are given. The models are tiny, so the tables can be checked by hand:
 * ``two_inputs``: three forward inputs, two float tensors concatenated and a ``long`` token input
   embedded by ``nn.Embedding``;
 * ``tied_lm``: a decoder whose weight is the embedding's (shared, counted once);
-* ``built_cnn``: ``lazy_cnn`` after ``lazynn.build``, its first conv frozen (non-trainable).
+* ``built_cnn``: ``lazy_cnn`` after ``lazynn.build``, its first conv frozen (non-trainable);
+* ``blocks``: three identical residual blocks (collapsed into one row) sharing one ReLU
+  (called four times);
+* ``symbolic``: ``lazy_cnn`` for a symbolic batch, ``Bx3x8x8``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,17 @@ from torch import nn
 
 import lazynn
 
-__all__ = ["CASES", "Case", "TiedLM", "TwoInputs", "built_cnn", "lazy_cnn", "real_inputs"]
+__all__ = [
+    "CASES",
+    "Block",
+    "Blocks",
+    "Case",
+    "TiedLM",
+    "TwoInputs",
+    "built_cnn",
+    "lazy_cnn",
+    "real_inputs",
+]
 
 IMAGE = (2, 3, 8, 8)
 
@@ -81,6 +94,32 @@ def built_cnn() -> nn.Sequential:
     return model
 
 
+class Block(nn.Module):
+    """x + fc2(act(fc1(x))), with ``act`` given (shared between blocks)."""
+
+    def __init__(self, act: nn.Module) -> None:
+        super().__init__()
+        self.fc1 = lazynn.LazyLinear(12)
+        self.fc2 = lazynn.LazyLinear(6)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(self.act(self.fc1(x)))
+
+
+class Blocks(nn.Module):
+    """(N, 6) -> (N, 2): three identical blocks, then a head; one ReLU for all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relu = nn.ReLU()
+        self.blocks = nn.Sequential(*(Block(self.relu) for _ in range(3)))
+        self.head = lazynn.LazyLinear(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.relu(self.blocks(x)))
+
+
 class Case(NamedTuple):
     factory: Callable[[], nn.Module]
     examples: tuple[Any, ...]
@@ -91,6 +130,8 @@ CASES: dict[str, Case] = {
     "two_inputs": Case(TwoInputs, ((2, 5), (2, 3), lazynn.Spec((2, 7), torch.long))),
     "tied_lm": Case(TiedLM, (lazynn.Spec((2, 6), torch.long),)),
     "built_cnn": Case(built_cnn, (IMAGE,)),
+    "blocks": Case(Blocks, ((4, 6),)),
+    "symbolic": Case(lazy_cnn, (lazynn.Spec(("B", 3, 8, 8)),)),
 }
 
 

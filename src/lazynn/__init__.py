@@ -68,8 +68,8 @@ from ._placeholder import UninitializedBuffer as UninitializedBuffer
 from ._placeholder import UninitializedParameter as UninitializedParameter
 from ._placeholder import is_lazy as is_lazy
 from ._rehearse import Spec as Spec
-from ._summary import Summary as Summary
-from ._summary import SummaryRow as SummaryRow
+from ._report import Summary as Summary
+from ._report import SummaryRow as SummaryRow
 from ._summary import summary as summary
 
 try:

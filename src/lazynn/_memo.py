@@ -87,9 +87,15 @@ class Memo:
     """Installs memoizing ``forward``s on the repeated blocks of a model (in ``__dict__``,
     so the rehearsal's Snapshot removes them) and records which block stood in for which."""
 
-    def __init__(self, model: nn.Module, paths: dict[int, str]) -> None:
+    def __init__(
+        self, model: nn.Module, paths: dict[int, str], meter: Callable[[], int] | None = None
+    ) -> None:
         self.paths = paths
-        self.results: dict[Hashable, tuple[str, Any]] = {}
+        #: a running count (the FLOPs counted so far, skipped blocks included): a skipped
+        #: block adds what its twin's run counted to ``skipped``
+        self.meter = meter
+        self.skipped = 0
+        self.results: dict[Hashable, tuple[str, Any, int]] = {}
         #: (path of a skipped block, path of the identical block that ran), in call order
         self.aliases: list[tuple[str, str]] = []
         self._prints: dict[int, Hashable | None] = {}
@@ -141,7 +147,10 @@ class Memo:
             for name, t in (*module._parameters.items(), *module._buffers.items())
         )
         children = []
+        here = self.paths.get(id(module), "?")
         for name, child in module._modules.items():
+            if child is not None and self.paths.get(id(child)) != f"{here}.{name}".lstrip("."):
+                return None  # a module shared with another place: each call must be seen
             sub = self._fingerprint(child) if child is not None else ("none",)
             if sub is None:
                 return None
@@ -158,12 +167,15 @@ class Memo:
             except _Unhashable:
                 key = None
             if key is not None and key in self.results:
-                twin, output = self.results[key]
+                twin, output, cost = self.results[key]
                 self.aliases.append((path, twin))
+                self.skipped += cost
                 return _fresh(output)
+            start = self.meter() if self.meter is not None else 0
             output = original(block, *args, **kwargs)
             if key is not None and _plain(output):
-                self.results[key] = (path, output)
+                cost = self.meter() - start if self.meter is not None else 0
+                self.results[key] = (path, output, cost)
             return output
 
         return forward

@@ -12,6 +12,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from ._errors import (
     InferenceError,
@@ -56,26 +58,37 @@ class Spec:
     Spec(shape=(8, 128), dtype=torch.int64)
     """
 
-    shape: tuple[int, ...]
+    #: sizes; ``lazynn.summary`` also takes a name ("B") for a symbolic batch dimension
+    shape: tuple[int | str, ...]
     dtype: torch.dtype | None = None
 
     @classmethod
     def parse(cls, text: str, dtype: str | None = None) -> Spec:
-        """``"1x3x224x224"`` (and a dtype name such as ``"float16"``) as a Spec."""
+        """``"1x3x224x224"`` (and a dtype name such as ``"float16"``) as a Spec; a dimension
+        may be a name, ``"Bx3x224x224"``: a symbolic batch, for ``lazynn.summary``."""
+        parts = text.replace(",", "x").split("x")
         try:
-            shape = tuple(int(part) for part in text.lower().replace(",", "x").split("x"))
+            shape = tuple(p if p.isalpha() and p.isupper() else int(p) for p in parts)
         except ValueError:
             raise InferenceError(
                 message(
                     "--input",
-                    "a shape such as 1x3x224x224",
+                    "a shape such as 1x3x224x224 (or Bx3x224x224: a symbolic batch, named by "
+                    "a capital letter)",
                     repr(text),
                     "write the dimensions as integers separated by x",
                 )
             ) from None
-        if any(d < 0 for d in shape):
+        negative = [d for d in shape if isinstance(d, int) and d < 0]
+        if negative:
             raise InferenceError(
-                message("--input", "non-negative dimensions", repr(text), "fix the shape")
+                message(
+                    "--input",
+                    "dimensions that are sizes (integers >= 0)",
+                    f"{text!r}, with {', '.join(map(str, negative))}",
+                    "write each dimension as a size, such as 1x3x224x224; for a symbolic "
+                    "batch, a capital letter: Bx3x224x224",
+                )
             )
         resolved = None
         if dtype is not None:
@@ -102,7 +115,17 @@ def as_meta(example: Any) -> Any:
     """Example inputs as meta tensors: tensors, Specs, shapes (``torch.Size`` / tuples of
     ints), and structures of them; anything else is passed through."""
     if isinstance(example, Spec):
-        return torch.empty(example.shape, dtype=example.dtype, device="meta")
+        named = [d for d in example.shape if isinstance(d, str)]
+        if named:
+            raise InferenceError(
+                message(
+                    f"Spec{example.shape}",
+                    "sizes: a build needs every dimension",
+                    f"the symbolic dimension {named[0]!r} (only lazynn.summary takes one)",
+                    "give the batch as a number: Spec((8, 3, 224, 224))",
+                )
+            )
+        return torch.empty(example.shape, dtype=example.dtype, device="meta")  # type: ignore[arg-type]
     if isinstance(example, torch.Size) or (_is_shape(example) and len(example) > 0):
         return torch.empty(tuple(example), device="meta")
     if isinstance(example, torch.Tensor):
@@ -124,6 +147,10 @@ class Call:
     path: str
     inputs: list[tuple[tuple[int, ...], torch.dtype]]
     outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
+    #: how many times the forward called it
+    count: int = 1
+    #: the FLOPs of all its calls, its submodules' included (when counted)
+    flops: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,13 +213,17 @@ def rehearse(
     kwargs: dict[str, Any],
     memoize: bool = True,
     literal: bool = False,
+    training: bool | None = None,
+    count_flops: bool = False,
 ) -> Rehearsal:
     """Run ``model`` on meta versions of the examples; return what was learnt.
 
     The model is left exactly as it was, success or failure. A failure raises
     :class:`~lazynn.InferenceError` naming the innermost module running when it happened,
     its type and the input shapes it received. ``memoize`` lets identical repeated blocks
-    reuse one block's result (see ``_memo``).
+    reuse one block's result (see ``_memo``). ``training`` runs every module in that mode
+    (None: as each is). ``count_flops`` counts each call's FLOPs with
+    ``torch.utils.flop_counter.FlopCounterMode`` (a skipped block counts its twin's).
     """
     if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
         meta_args = map_tensors(meta_like, tuple(args))
@@ -206,11 +237,19 @@ def rehearse(
     modules = dict(model.named_modules())
     lazy_before = {p: type(m) for p, m in modules.items() if is_lazy_module(m)}
     calls: dict[str, Call] = {}
-    stack: list[tuple[str, nn.Module, Any, Any, BaseException | None]] = []
+    stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int]] = []
     sizes: dict[nn.Module, dict[str, int]] = {}
     inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
+    counter = FlopCounterMode(display=False) if count_flops else None
+    memo: Memo | None = None
+
+    def meter() -> int:
+        """The FLOPs counted so far (skipped blocks' included); 0 when not counting."""
+        if counter is None:
+            return 0
+        return int(counter.get_total_flops()) + (memo.skipped if memo is not None else 0)
 
     rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
 
@@ -231,21 +270,24 @@ def rehearse(
                     "the build; the model is unchanged",
                 )
             )
-        stack.append((path, module, a, k, sys.exc_info()[1]))
+        stack.append((path, module, a, k, sys.exc_info()[1], meter()))
         if path not in calls:
             calls[path] = Call(path, shapes((a, k)))
             if path in lazy_before and not isinstance(module, LazyLayer):
                 inputs[module] = (a, k)
+        else:
+            calls[path].count += 1
 
     def post(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
         if threading.get_ident() != owner:
             return  # another thread's refused call (see pre)
-        path, _, entry_a, entry_k, before = stack.pop()
+        path, _, entry_a, entry_k, before, start = stack.pop()
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:  # this module's forward raised
             failures.append((raised, (path, module, entry_a, entry_k)))
             return
         call = calls[path]
+        call.flops += meter() - start
         if not call.outputs:
             call.outputs = shapes(out)
         lazy_cls = lazy_before.get(path)
@@ -259,7 +301,10 @@ def rehearse(
         try:
             # (inference_mode(False): a rehearsal inside the mode builds as outside it)
             with torch.inference_mode(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
-                memo = Memo(model, paths) if memoize else None
+                if training is not None:
+                    for module in modules.values():
+                        module.training = training  # (the snapshot puts the modes back)
+                memo = Memo(model, paths, meter) if memoize else None
                 for module in modules.values():
                     for store, name, tensor in own_slots(module):
                         store[name] = _meta_twin(tensor)
@@ -270,7 +315,8 @@ def rehearse(
                     module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
                     module.register_forward_hook(post, with_kwargs=True, always_call=True)
                 try:
-                    output = model(*meta_args, **meta_kwargs)
+                    with counter if counter is not None else contextlib.nullcontext():
+                        output = model(*meta_args, **meta_kwargs)
                 except LazynnError:
                     raise
                 except Exception as error:
@@ -309,7 +355,7 @@ def _propagate(
             stand_in[mine] = source
             if theirs in calls and mine not in calls:
                 call = calls[theirs]
-                calls[mine] = Call(mine, call.inputs, call.outputs)
+                calls[mine] = Call(mine, call.inputs, call.outputs, call.count, call.flops)
             if modules[theirs] in sizes:
                 sizes[modules[mine]] = sizes[modules[theirs]]
             if modules[theirs] in inputs:

@@ -1,119 +1,145 @@
-"""summary(): a model's layers, shapes and parameter counts, computed on meta.
+"""summary(): a model's layers, shapes, parameter counts and FLOPs, computed on meta.
 
-Data first, rendering second: :func:`summary` returns a frozen :class:`Summary` of
-:class:`SummaryRow`; ``str(summary)`` renders it with :func:`render`, a pure function.
-Nothing is allocated and the model is not changed (the meta rehearsal restores it).
+Data first, rendering second: :func:`summary` returns a frozen :class:`~lazynn.Summary`
+(``_report``), which renders itself as a table, markdown or JSON. Nothing is allocated and
+the model is not changed (the meta rehearsal restores it).
+
+A symbolic batch (``Spec(("B", 3, 224, 224))``, ``--input Bx3x224x224``) is found as Keras
+finds its ``None``: the model runs twice, with batches of 2 and 3; a dimension that follows the
+batch reads ``B`` (``2B`` if twice it), and FLOPs are per sample (``2 f(2) - f(3)``: exact for
+costs linear in the batch, as every layer's forward is).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import nn
 
+from ._errors import LazynnError, message
 from ._mixin import is_lazy_module
-from ._rehearse import rehearse
+from ._rehearse import Call, Rehearsal, Spec, rehearse
+from ._report import Dim, Shape, Summary, SummaryRow
 
-__all__ = ["Summary", "SummaryRow", "render", "summary"]
+__all__ = ["summary"]
 
-Shape = tuple[tuple[int, ...], torch.dtype]
-
-
-@dataclass(frozen=True)
-class SummaryRow:
-    """One module: where it is, what it becomes, what it sees, what it holds (own tensors)."""
-
-    path: str
-    depth: int
-    type: str
-    lazy_type: str | None  # the lazy class it was before the build, if any
-    inputs: tuple[Shape, ...]
-    outputs: tuple[Shape, ...]
-    parameters: tuple[tuple[str, tuple[int, ...]], ...]
-    num_parameters: int
-    trainable: int
-    nbytes: int  # own parameters and buffers
+_MODES = ("train", "eval")
+#: the batch sizes a symbolic batch is tried with (not 1: BatchNorm refuses it in training)
+_TRIES = (2, 3)
 
 
-@dataclass(frozen=True)
-class Summary:
-    """The layers of a model as the build makes them; ``str()`` renders a table.
-
-    Totals count each tensor once (shared weights once), and equal
-    ``sum(p.numel() for p in model.parameters())`` of the built model.
-    """
-
-    model_type: str
-    rows: tuple[SummaryRow, ...]
-    total_parameters: int
-    trainable_parameters: int
-    parameter_bytes: int
-    buffer_bytes: int
-    inputs: tuple[Shape, ...]
-    outputs: tuple[Shape, ...]
-    #: lazy layers the examples never reached: their sizes, and so the totals, are unknown
-    unreached: tuple[str, ...] = ()
-
-    @property
-    def non_trainable_parameters(self) -> int:
-        return self.total_parameters - self.trainable_parameters
-
-    def __str__(self) -> str:
-        return render(self)
-
-
-def summary(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Summary:
+def summary(
+    model: nn.Module,
+    *example_inputs: Any,
+    mode: str = "train",
+    **example_kwargs: Any,
+) -> Summary:
     """Summarize ``model`` for example inputs, built or not, allocating nothing.
 
     Args:
         model: any ``nn.Module``; lazy layers are reported with the sizes the examples give.
         *example_inputs, **example_kwargs: as for :func:`lazynn.build`: tensors, shapes,
-            :class:`lazynn.Spec`.
+            :class:`lazynn.Spec` (whose first dimension may be a name: a symbolic batch).
+        mode: ``"train"`` (the default, as a first call in training) or ``"eval"``: the
+            mode every module runs the examples in (the model's own modes are kept).
+
+    Returns a :class:`~lazynn.Summary`: ``str()`` is the table, ``.render(...)`` chooses the
+    depth, format and columns, ``.to_dict()`` is JSON-ready. FLOPs are counted with
+    ``torch.utils.flop_counter.FlopCounterMode`` on meta: the same as it counts for the built
+    model on real tensors.
 
     >>> import torch, lazynn
     >>> net = torch.nn.Sequential(lazynn.LazyLinear(8), torch.nn.ReLU(), lazynn.LazyLinear(2))
     >>> s = lazynn.summary(net, (4, 16))
-    >>> s.total_parameters, s.rows[1].type, s.rows[1].outputs[0][0]
-    (154, 'Linear', (4, 8))
+    >>> s.total_parameters, s.rows[1].type, s.rows[1].outputs[0][0], s.total_flops
+    (154, 'Linear', (4, 8), 1152)
+    >>> lazynn.summary(net, lazynn.Spec(("B", 16))).rows[-1].outputs[0][0]
+    ('B', 2)
     >>> lazynn.is_lazy(net)
     True
     """
+    if mode not in _MODES:
+        raise LazynnError(
+            message("lazynn.summary", "mode='train' or mode='eval'", repr(mode), "pass one of them")
+        )
+    batch = _symbol(example_inputs, example_kwargs)
+    training = mode == "train"
+    if batch is None:
+        rehearsal = rehearse(
+            model, example_inputs, example_kwargs, training=training, count_flops=True
+        )
+        return _collect(model, rehearsal, mode, None, None)
+    runs = [
+        rehearse(
+            model,
+            _substituted(example_inputs, n),
+            _substituted(example_kwargs, n),
+            training=training,
+            count_flops=True,
+        )
+        for n in _TRIES
+    ]
+    return _collect(model, runs[0], mode, batch, runs[1])
+
+
+def _collect(
+    model: nn.Module, rehearsal: Rehearsal, mode: str, batch: str | None, other: Rehearsal | None
+) -> Summary:
+    """The Summary of ``rehearsal`` (and, with a symbolic batch, of ``other``, at a second
+    batch size: shapes merged, FLOPs per sample)."""
     lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
-    rehearsal = rehearse(model, example_inputs, example_kwargs)
+    shape: Callable[
+        [list[tuple[tuple[int, ...], Any]], list[tuple[tuple[int, ...], Any]]], tuple[Shape, ...]
+    ]
+    shape = (lambda a, b: _merge(a, b, batch)) if batch is not None else (lambda a, b: tuple(a))  # type: ignore[misc]
+
+    def calls_of(path: str, r: Rehearsal | None) -> Call | None:
+        return r.calls.get(path) if r is not None else None
+
+    def flops(path: str) -> int:
+        first, second = calls_of(path, rehearsal), calls_of(path, other)
+        if first is None:
+            return 0
+        if second is None:
+            return first.flops
+        return max(2 * first.flops - second.flops, 0)  # per sample: f(1) = 2 f(2) - f(3)
+
     rows = []
-    seen: set[int] = set()
+    owners: dict[int, str] = {}
     total = trainable = param_bytes = buffer_bytes = 0
     for path, _ in model.named_modules():
         infos = rehearsal.tensors.get(path, [])
-        own = [i for i in infos if i.is_parameter]
         call = rehearsal.calls.get(path)
+        twin = calls_of(path, other)
+        fresh = [i for i in infos if i.ident not in owners]
+        tied = tuple((i.name, owners[i.ident]) for i in infos if i.ident in owners)
+        for info in fresh:
+            owners[info.ident] = f"{path}.{info.name}" if path else info.name
+        params = [i for i in fresh if i.is_parameter]
         rows.append(
             SummaryRow(
                 path=path,
                 depth=path.count(".") + 1 if path else 0,
                 type=rehearsal.types[path],
                 lazy_type=lazy_types.get(path),
-                inputs=tuple(call.inputs) if call else (),
-                outputs=tuple(call.outputs) if call else (),
-                parameters=tuple((i.name, i.shape) for i in own),
-                num_parameters=sum(i.numel for i in own),
-                trainable=sum(i.numel for i in own if i.requires_grad),
-                nbytes=sum(i.nbytes for i in infos),
+                inputs=shape(call.inputs, twin.inputs if twin else []) if call else (),
+                outputs=shape(call.outputs, twin.outputs if twin else []) if call else (),
+                parameters=tuple((i.name, i.shape) for i in infos if i.is_parameter),
+                num_parameters=sum(i.numel for i in params),
+                trainable=sum(i.numel for i in params if i.requires_grad),
+                param_bytes=sum(i.nbytes for i in params),
+                buffer_bytes=sum(i.nbytes for i in fresh if not i.is_parameter),
+                calls=call.count if call else 0,
+                flops=flops(path),
+                tied=tied,
             )
         )
-        for info in infos:
-            if info.ident in seen:
-                continue
-            seen.add(info.ident)
-            if info.is_parameter:
-                total += info.numel
-                trainable += info.numel if info.requires_grad else 0
-                param_bytes += info.nbytes
-            else:
-                buffer_bytes += info.nbytes
-    root = rehearsal.calls.get("")
+        total += sum(i.numel for i in params)
+        trainable += sum(i.numel for i in params if i.requires_grad)
+        param_bytes += sum(i.nbytes for i in params)
+        buffer_bytes += sum(i.nbytes for i in fresh if not i.is_parameter)
+    root, root_twin = rehearsal.calls.get(""), calls_of("", other)
     return Summary(
         model_type=type(model).__name__,
         rows=tuple(rows),
@@ -121,94 +147,78 @@ def summary(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Su
         trainable_parameters=trainable,
         parameter_bytes=param_bytes,
         buffer_bytes=buffer_bytes,
-        inputs=tuple(root.inputs) if root else (),
-        outputs=tuple(root.outputs) if root else (),
+        inputs=shape(root.inputs, root_twin.inputs if root_twin else []) if root else (),
+        outputs=shape(root.outputs, root_twin.outputs if root_twin else []) if root else (),
         unreached=tuple(rehearsal.unreached),
+        total_flops=flops(""),
+        mode=mode,
+        batch=batch,
     )
 
 
-# --- rendering ---------------------------------------------------------------------------
+# --- a symbolic batch ---------------------------------------------------------------------------
 
 
-def _shape(shapes: tuple[Shape, ...]) -> str:
-    if not shapes:
-        return "--"
-    parts = []
-    for dims, dtype in shapes:
-        text = "[" + ", ".join(map(str, dims)) + "]"
-        if dtype != torch.get_default_dtype():
-            text += " " + str(dtype).replace("torch.", "")
-        parts.append(text)
-    return ", ".join(parts)
+def _specs(value: Any) -> list[Spec]:
+    if isinstance(value, Spec):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [s for v in value for s in _specs(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _specs(v)]
+    return []
 
 
-def _count(n: int) -> str:
-    return f"{n:,}" if n else "--"
-
-
-def _bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
-def render(summary: Summary) -> str:
-    """The table: one row per module, indented by depth, then the totals.
-
-    A lazy layer's type reads ``LazyLinear -> Linear``: what it is, and what the examples
-    build it into.
-    """
-    header = ("Module (type)", "Input shape", "Output shape", "Param shapes", "Params", "Bytes")
-    table = []
-    for row in summary.rows:
-        kind = f"{row.lazy_type} -> {row.type}" if row.lazy_type else row.type
-        if row.lazy_type == row.type:
-            kind = f"{row.type}, not called: sizes unknown"
-        label = f"{row.path.rsplit('.', 1)[-1]} ({kind})" if row.path else kind
-        params = ", ".join(f"{n} [{', '.join(map(str, s))}]" for n, s in row.parameters)
-        table.append(
-            (
-                "  " * row.depth + label,
-                _shape(row.inputs),
-                _shape(row.outputs),
-                params or "--",
-                _count(row.num_parameters),
-                _bytes(row.nbytes) if row.nbytes else "--",
+def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The examples' symbolic dimension name, if any (one name at most)."""
+    names = {d for s in _specs([args, kwargs]) for d in s.shape if isinstance(d, str)}
+    if len(names) > 1:
+        raise LazynnError(
+            message(
+                "lazynn.summary",
+                "one symbolic dimension (the batch) in the example shapes",
+                ", ".join(sorted(names)),
+                "name the batch with one letter everywhere (Bx3x224x224, Bx16) and give the "
+                "other dimensions as numbers",
             )
         )
-    widths = [max(len(r[i]) for r in (header, *table)) for i in range(len(header))]
-    right = {4, 5}
+    return next(iter(names), None)
 
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
 
-    rule = "=" * len(line(tuple("x" * w for w in widths)))
-    total_bytes = summary.parameter_bytes + summary.buffer_bytes
-    lines = [
-        f"{summary.model_type}: input {_shape(summary.inputs)} -> output {_shape(summary.outputs)}",
-        rule,
-        line(header),
-        rule,
-        *(line(r) for r in table),
-        rule,
-        f"Total params:         {summary.total_parameters:,}",
-        f"Trainable params:     {summary.trainable_parameters:,}",
-        f"Non-trainable params: {summary.non_trainable_parameters:,}",
-        f"Parameter memory:     {_bytes(summary.parameter_bytes)}",
-        f"Buffer memory:        {_bytes(summary.buffer_bytes)}",
-        f"Total memory:         {_bytes(total_bytes)}",
-        rule,
-    ]
-    if summary.unreached:
-        lines += [
-            "Not called by the examples, so not counted: "
-            + ", ".join(f"'{p}'" for p in summary.unreached),
-            rule,
-        ]
-    return "\n".join(lines)
+def _substituted(value: Any, n: int) -> Any:
+    if isinstance(value, Spec):
+        return Spec(tuple(n if isinstance(d, str) else d for d in value.shape), value.dtype)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_substituted(v, n) for v in value)
+    if isinstance(value, list):
+        return [_substituted(v, n) for v in value]
+    if isinstance(value, dict):
+        return {k: _substituted(v, n) for k, v in value.items()}
+    return value
+
+
+def _dim(a: int, b: int, batch: str) -> Dim:
+    """A dimension seen as ``a`` at the first batch size and ``b`` at the second."""
+    first, second = _TRIES
+    if a == b:
+        return a
+    if a % first == 0 and b % second == 0 and a // first == b // second:
+        k = a // first
+        return batch if k == 1 else f"{k}{batch}"
+    return "?"
+
+
+def _merge(
+    a: list[tuple[tuple[int, ...], Any]], b: list[tuple[tuple[int, ...], Any]], batch: str
+) -> tuple[Shape, ...]:
+    if len(a) != len(b):
+        return tuple((tuple("?" for _ in dims), dtype) for dims, dtype in a)
+    out: list[Shape] = []
+    for (dims_a, dtype), (dims_b, _) in zip(a, b, strict=True):
+        if len(dims_a) != len(dims_b):
+            out.append((tuple("?" for _ in dims_a), dtype))
+        else:
+            out.append(
+                (tuple(_dim(x, y, batch) for x, y in zip(dims_a, dims_b, strict=True)), dtype)
+            )
+    return tuple(out)

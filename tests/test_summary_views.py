@@ -1,0 +1,229 @@
+"""lazynn.summary(): FLOPs, call counts, modes, a symbolic batch, the default view and formats.
+
+Each figure is checked against what torch gives on the built model: FLOPs against
+``FlopCounterMode`` on real tensors (the small configurations of every shipped example) and
+on the full-size examples built on meta; call counts against forward hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import lazynn
+from golden_models import Blocks, lazy_cnn
+from lazynn._report import SCREEN_ROWS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import models
+
+#: the small configuration of every shipped example: (lazy factory, example input factory)
+SMALL: dict[str, tuple[Any, Any]] = {
+    **{name: (ref.lazy, ref.example) for name, ref in models.REFERENCE.items()},
+    "llama_tiny": models.LAZY_ONLY["llama_tiny"],
+}
+#: what `python -m lazynn summary examples/models.py:NAME` shows, with the README's inputs
+FULL_SIZE: dict[str, lazynn.Spec] = {
+    "resnet50": lazynn.Spec((1, 3, 224, 224)),
+    "gpt2_medium": lazynn.Spec((1, 1024), torch.long),
+    "llama_7b": lazynn.Spec((1, 16), torch.long),
+    "llama_70b": lazynn.Spec((1, 16), torch.long),
+}
+
+
+def counted(model: nn.Module, *inputs: Any) -> tuple[int, dict[str, int]]:
+    """FlopCounterMode's total and per-module counts for one forward (module names as rows'
+    paths: FlopCounterMode prefixes them with the root's class name)."""
+    with FlopCounterMode(display=False) as counter:
+        model(*inputs)
+    root = type(model).__name__
+    per_module = {
+        name.removeprefix(root).removeprefix("."): sum(ops.values())
+        for name, ops in counter.get_flop_counts().items()
+        if name == root or name.startswith(root + ".")
+    }
+    return int(counter.get_total_flops()), per_module
+
+
+@contextlib.contextmanager
+def kernels_as_matmuls() -> Iterator[None]:
+    """Attention and RNNs as the matmuls FlopCounterMode counts. On CPU, torch runs them as
+    fused kernels (flash attention for CPU, oneDNN RNNs) that FlopCounterMode does not count
+    at all; on meta they are matmuls, which lazynn counts (docs/summary.md)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (oneDNN's note on TF32, when its flags are set)
+        with sdpa_kernel(SDPBackend.MATH), torch.backends.mkldnn.flags(enabled=False):
+            yield
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_flops_equal_flop_counter_on_the_built_model_with_real_tensors(
+    name: str, mode: str
+) -> None:
+    factory, example = SMALL[name]
+    x = example()
+    report = lazynn.summary(factory(), x, mode=mode)
+    torch.manual_seed(0)
+    built = lazynn.build(factory(), x)
+    built.train(mode == "train")
+    with kernels_as_matmuls():
+        total, per_module = counted(built, x)
+    assert report.total_flops == total > 0
+    rows = {r.path: r for r in report.rows}
+    for path, flops in per_module.items():
+        assert rows[path].flops == flops, path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FULL_SIZE))
+def test_flops_of_full_size_examples_equal_flop_counter_on_meta(name: str) -> None:
+    spec = FULL_SIZE[name]
+    with torch.device("meta"):
+        model = getattr(models, name)()
+    report = lazynn.summary(model, spec)  # (repeated blocks run once: memoized)
+    lazynn.build(model, spec, device="meta")
+    x = torch.zeros(spec.shape, dtype=spec.dtype or torch.float32, device="meta")  # type: ignore[arg-type]
+    total, _ = counted(model, x)  # every block runs
+    assert report.total_flops == total > 0
+
+
+def test_calls_count_every_call_of_a_shared_module() -> None:
+    model = Blocks()
+    report = lazynn.summary(model, (4, 6))
+    lazynn.build(model, (4, 6))
+    seen: dict[str, int] = {}
+    for path, module in model.named_modules():
+        module.register_forward_hook(
+            lambda m, a, o, p=path: seen.__setitem__(p, seen.get(p, 0) + 1)
+        )
+    model(torch.ones(4, 6))
+    assert {r.path: r.calls for r in report.rows} == {
+        p: seen.get(p, 0) for p, _ in model.named_modules()
+    }
+    assert seen["relu"] == 4
+    assert "relu (ReLU) [4 calls]" in str(report)
+
+
+def test_eval_mode_runs_the_examples_in_eval_and_keeps_the_model_modes() -> None:
+    factory, _ = SMALL["resnet50"]
+    model = factory()
+    modes = [m.training for m in model.modules()]
+    with pytest.raises(lazynn.InferenceError, match="Expected more than 1 value per channel"):
+        lazynn.summary(model, (1, 3, 16, 16))  # train: layer4's BatchNorm sees one value
+    report = lazynn.summary(model, (1, 3, 16, 16), mode="eval")
+    assert report.mode == "eval"
+    assert report.rows[-1].outputs[0][0] == (1, 10)
+    assert [m.training for m in model.modules()] == modes
+    assert lazynn.is_lazy(model)
+    with pytest.raises(lazynn.LazynnError, match="mode='train' or mode='eval'"):
+        lazynn.summary(model, (1, 3, 16, 16), mode="inference")
+
+
+@pytest.mark.parametrize("name", ["cnn", "gpt", "lstm_tagger"])
+def test_symbolic_batch_reads_b_and_counts_per_sample(name: str) -> None:
+    factory, example = SMALL[name]
+    x = example()
+    spec = lazynn.Spec(("B", *x.shape[1:]), x.dtype)
+    symbolic = lazynn.summary(factory(), spec, mode="eval")
+    assert symbolic.batch == "B"
+    assert symbolic.inputs[0][0] == ("B", *x.shape[1:])
+    for n in (2, 5):  # the shapes at two batch sizes: B is the batch, wherever it goes
+        at = lazynn.summary(factory(), lazynn.Spec((n, *x.shape[1:]), x.dtype), mode="eval")
+        for row, fixed in zip(symbolic.rows, at.rows, strict=True):
+            for (dims, _), (sizes, _) in zip(row.outputs, fixed.outputs, strict=True):
+                expected = tuple(
+                    s if isinstance(d, int) else n * (int(d[:-1]) if len(d) > 1 else 1)
+                    for d, s in zip(dims, sizes, strict=True)
+                )
+                assert expected == sizes, row.path
+        assert at.total_parameters == symbolic.total_parameters
+    one = lazynn.summary(factory(), lazynn.Spec((1, *x.shape[1:]), x.dtype), mode="eval")
+    assert symbolic.total_flops == one.total_flops  # per sample
+    assert "B: the batch dimension" in str(symbolic)
+    with pytest.raises(lazynn.InferenceError, match=r"only lazynn\.summary takes one"):
+        lazynn.build(factory(), spec)
+
+
+def test_spec_parse_of_a_symbolic_batch_and_bad_dimensions() -> None:
+    assert lazynn.Spec.parse("Bx3x224x224").shape == ("B", 3, 224, 224)
+    with pytest.raises(lazynn.InferenceError, match="dimensions that are sizes") as e:
+        lazynn.Spec.parse("1x-3")
+    assert "Fix: fix the shape" not in str(e.value)
+    with pytest.raises(lazynn.LazynnError, match="one symbolic dimension"):
+        lazynn.summary(lazy_cnn(), lazynn.Spec(("B", 3, 8, 8)), lazynn.Spec(("N", 3)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FULL_SIZE))
+def test_default_view_of_full_size_examples_fits_a_screen(name: str) -> None:
+    with torch.device("meta"):
+        model = getattr(models, name)()
+    text = str(lazynn.summary(model, FULL_SIZE[name]))
+    lines = text.splitlines()
+    body = [line for line in lines if line.startswith(" ")]  # the module rows below the root
+    assert len(body) < SCREEN_ROWS
+    assert len(lines) <= SCREEN_ROWS + 20  # header, totals and notes
+    assert max(map(len, lines)) <= 100
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_default_view_of_small_examples_fits_100_columns(name: str) -> None:
+    factory, example = SMALL[name]
+    lines = str(lazynn.summary(factory(), example())).splitlines()
+    assert max(map(len, lines)) <= 100
+    assert len(lines) <= SCREEN_ROWS + 20
+
+
+def test_depth_and_expand() -> None:
+    report = lazynn.summary(Blocks(), (4, 6))
+    collapsed = report.render().splitlines()
+    (run,) = [line for line in collapsed if "0-2 (Block) x3" in line]
+    assert run.split()[-2] == "486"  # the run's total: 3 blocks x (84 + 78)
+    (fc1,) = [line for line in collapsed if "fc1 (" in line]
+    assert fc1.split()[-2] == "84"  # a row under the run: one block
+    expanded = report.render(expand=True)
+    assert all(f"    {i} (Block)" in expanded for i in range(3))
+    assert "x3" not in expanded
+    top = report.render(depth=1)
+    assert "(Block)" not in top
+    (blocks,) = [line for line in top.splitlines() if "blocks (Sequential)" in line]
+    assert blocks.split()[-2] == "486"  # hidden submodules: counted in their parent's row
+    assert "Depth 1 of 3 shown" in top
+    rows = [line for line in report.render(depth=0).splitlines() if line.startswith("Blocks ")]
+    assert len(rows) == 1  # the model's row alone
+    assert rows[0].split()[-2] == "500"
+    with pytest.raises(ValueError, match="depth"):
+        report.render(depth=-1)
+    with pytest.raises(ValueError, match="format"):
+        report.render(format="html")
+    narrow = report.render(width=60)
+    assert max(map(len, narrow.splitlines())) <= 60
+
+
+def test_json_has_the_documented_fields_and_round_trips() -> None:
+    report = lazynn.summary(Blocks(), (4, 6))
+    data = json.loads(report.render(format="json"))
+    assert data == json.loads(json.dumps(report.to_dict()))
+    for key in ("total_params", "trainable_params", "total_flops", "param_bytes", "buffer_bytes"):
+        assert isinstance(data[key], int), key
+    assert data["total_params"] == report.total_parameters
+    assert data["total_flops"] == report.total_flops
+    assert [r["path"] for r in data["rows"]] == [r.path for r in report.rows]
+    for row in data["rows"]:
+        assert {"path", "type", "input_shapes", "output_shapes", "params", "flops", "calls"} <= set(
+            row
+        )
+    assert sum(r["params"] for r in data["rows"]) == data["total_params"]
+    assert "memory" not in data
