@@ -227,3 +227,16 @@ def test_json_has_the_documented_fields_and_round_trips() -> None:
         )
     assert sum(r["params"] for r in data["rows"]) == data["total_params"]
     assert "memory" not in data
+
+
+def test_readme_shows_what_the_main_job_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    from lazynn._cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("## Summary, and the command line") :]
+    shown = section[section.index("```text\n") + len("```text\n") :]
+    shown = shown[: shown.index("```")]
+    target = str(root / "examples" / "models.py") + ":gpt2_medium"
+    assert main(["summary", target, "--input", "1x1024:long"]) == 0
+    assert capsys.readouterr().out == shown

@@ -422,13 +422,18 @@ def _failure(
                 detail=f"{type(error).__name__}: {first_line(error)}",
             )
         )
+    fix = "check the example inputs' shapes and the layers before this one"
+    if "more than 1 value per channel when training" in str(error):
+        fix = (
+            "give a batch of more than one, or run in eval mode (model.eval() before "
+            "lazynn.build; lazynn.summary(..., mode='eval'); lazynn summary --eval)"
+        )
     return InferenceError(
         message(
             label,
             "inputs it can take (the build ran the model on meta tensors)",
             f"inputs of shapes {received or 'none'}",
-            "check the example inputs' shapes and the layers before this one; the model is "
-            "unchanged",
+            f"{fix}; the model is unchanged",
             detail=f"{type(error).__name__}: {first_line(error)}",
         )
     )
