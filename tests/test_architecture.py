@@ -53,6 +53,7 @@ LAYERS = [
     "_build",
     "_materialize",
     "_on_build",
+    "_memory",
     "_summary",
     "_cli",
     "__main__",

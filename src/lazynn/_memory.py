@@ -1,0 +1,370 @@
+"""training_memory(): the bytes one training step needs, estimated on meta.
+
+Method. The model is deep-copied with every real tensor replaced by an empty meta tensor of
+the same shape, strides and dtype (through ``deepcopy``'s memo, so a real model is never
+copied for real and tied tensors stay tied); the copy is built on meta (``lazynn.build``) if
+it has lazy layers; then:
+
+- ``params``: the bytes of the model's parameters and buffers, each tensor once (a tied
+  weight once), ``numel * itemsize``;
+- ``gradients``: the same for the trainable parameters (a gradient has its parameter's
+  dtype and shape), counted for every trainable parameter, reached by the forward or not;
+- ``activations``: one forward of the copy, in training mode with grad enabled, inside
+  ``torch.autograd.graph.saved_tensors_hooks``: every tensor autograd saves for the backward
+  is kept, and the bytes of each distinct *storage* are summed (``untyped_storage().nbytes()``:
+  a saved view keeps its whole storage alive; two ops saving one tensor count it once),
+  leaving out the storages of the model's parameters and buffers (counted in ``params``).
+  The example input counts when autograd saves it. The forward runs on *fake CPU tensors*
+  (torch.compile's ``FakeTensorMode``: meta storage, no data, but the device a CPU is), so
+  every kernel choice is the CPU's: on plain meta tensors ``scaled_dot_product_attention``
+  takes the math kernel and saves the ``T x T`` attention weights, where a CPU (like a GPU)
+  takes flash attention. Storages are told apart by the identity of their ``StorageImpl``
+  (``StorageWeakRef``), since the data pointer of every meta storage is 0;
+- ``optimizer_states``: the optimizer is constructed on the copy's trainable parameters,
+  each is given a meta ``.grad`` and one ``step()`` runs; the bytes of every tensor in
+  ``optimizer.state`` are summed, each tensor once (``step`` counters included: torch keeps
+  those on the CPU, a few bytes each).
+
+Nothing of the model's size is allocated, the model is left exactly as it was, and every
+random generator is restored.
+
+Limits: this counts tensors, not what an allocator reserves: no allocator rounding (the CUDA
+caching allocator rounds each block up, to 512 bytes and more, and keeps freed blocks
+cached), no kernel workspaces (cuBLAS, cuDNN), no temporaries a forward frees before it
+ends, no peak within the backward (gradients of activations, freed as it goes). Saved
+tensors are counted as the forward saves them: an in-place op that later changes a saved
+tensor's storage does not change the count, and activation checkpointing, offloading,
+mixed precision (autocast) and ``torch.compile`` are not modelled (run the estimate on the
+model as it will be trained). Kernels are chosen as on a CPU: a GPU may choose others
+that save other tensors (memory-efficient or cuDNN attention, cuDNN's batch norm). A
+forward that reads values (``.item()``, data-dependent shapes) cannot run and is refused,
+and so is an optimizer that cannot step on meta (``LBFGS`` needs a loss value, ``ASGD``
+and ``Adafactor`` read values, ``SparseAdam`` wants sparse gradients).
+
+>>> import torch, lazynn
+>>> from torch import nn
+>>> model = nn.Sequential(lazynn.LazyLinear(8), nn.ReLU(), lazynn.LazyLinear(2))
+>>> memory = training_memory(model, ((4, 16),), optimizer="adamw")
+>>> memory.params, memory.gradients, memory.optimizer_states
+(616, 616, 1248)
+>>> memory.activations        # the input (4, 16) and the ReLU's output (4, 8), float32
+384
+>>> lazynn.is_lazy(model)     # the model itself is untouched
+True
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+# FakeTensorMode: private (torch.compile's fake tensors), no public equivalent; see _activations
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+# StorageWeakRef: torch's own key for "the same storage" (fake tensors and functionalization
+# use it); it compares StorageImpl addresses, which tell meta storages apart. Public module.
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from ._build import build
+from ._errors import InferenceError, LazynnError, first_line, message
+from ._placeholder import is_lazy
+from ._rehearse import Spec, as_meta
+from ._snapshot import RandomState
+from ._tensors import is_placeholder, map_tensors, own_slots
+
+__all__ = ["Memory", "training_memory"]
+
+#: the learning rate given to an optimizer whose constructor requires one, when none is given
+DEFAULT_LR = 1e-3
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes a training step needs, estimated on meta (nothing allocated)."""
+
+    params: int  # parameters and buffers, each tensor once (tied weights once)
+    gradients: int  # gradients of the trainable parameters (each its parameter's dtype)
+    optimizer_states: int  # every tensor in optimizer.state after one step
+    activations: int  # storages autograd saves for backward in one forward of the example
+    optimizer: str  # the optimizer's class name, e.g. "AdamW"
+
+    @property
+    def total(self) -> int:
+        """``params + gradients + optimizer_states + activations``."""
+        return self.params + self.gradients + self.optimizer_states + self.activations
+
+    def to_dict(self) -> dict[str, int | str]:
+        """The figures by name, ``total`` included."""
+        return {
+            "params": self.params,
+            "gradients": self.gradients,
+            "optimizer_states": self.optimizer_states,
+            "activations": self.activations,
+            "total": self.total,
+            "optimizer": self.optimizer,
+        }
+
+
+def training_memory(
+    model: nn.Module,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any] | None = None,
+    optimizer: str | type[torch.optim.Optimizer] = "adamw",
+    optimizer_kwargs: dict[str, Any] | None = None,
+) -> Memory:
+    """Estimate the memory of one training step of ``model`` on the examples, on meta.
+
+    Args:
+        model: built, unbuilt (lazy) or mixed; on any device, meta included. Not changed.
+        example_inputs: the forward's positional inputs, as :func:`lazynn.build` takes them
+            (tensors, shapes, :class:`lazynn.Spec`, structures of these).
+        example_kwargs: the forward's keyword inputs, likewise.
+        optimizer: a ``torch.optim.Optimizer`` subclass, or the name of one in
+            ``torch.optim`` in any case (``"adamw"``, ``"sgd"``...).
+        optimizer_kwargs: passed to its constructor (``lr`` defaults to 1e-3 when the
+            constructor requires one).
+
+    Raises:
+        LazynnError: an unknown optimizer name, or an optimizer that cannot step on meta;
+            :class:`~lazynn.InferenceError` if the model cannot be built or run on the
+            examples.
+    """
+    cls = _optimizer_class(optimizer)
+    example_inputs = _as_inputs(example_inputs)
+    kwargs = dict(example_kwargs or {})
+    saved_rng = RandomState()
+    try:
+        twin = _meta_copy(model)
+        if is_lazy(twin):
+            with warnings.catch_warnings():  # (replay warnings are about the copy's values)
+                warnings.simplefilter("ignore")
+                build(twin, *example_inputs, device="meta", progress=False, **kwargs)
+        twin.to("meta")  # (a no-op unless a build left something elsewhere)
+        state = _unique(twin.parameters(), twin.buffers())
+        trainable = [p for p in _unique(twin.parameters()) if p.requires_grad]
+        states = _optimizer_states(cls, trainable, dict(optimizer_kwargs or {}))
+        activations = _activations(twin, as_meta(tuple(example_inputs)), as_meta(kwargs))
+    finally:
+        saved_rng.restore()
+    return Memory(
+        params=sum(t.nbytes for t in state),
+        gradients=sum(p.nbytes for p in trainable),
+        optimizer_states=states,
+        activations=activations,
+        optimizer=cls.__name__,
+    )
+
+
+def _as_inputs(examples: Any) -> tuple[Any, ...]:
+    """The positional examples as a tuple: a lone tensor or Spec is one input; a bare shape
+    is refused (is ``(4, 16)`` one input of that shape, or two integers?)."""
+    if isinstance(examples, (torch.Tensor, Spec)):
+        return (examples,)
+    if isinstance(examples, torch.Size) or (
+        isinstance(examples, tuple)
+        and examples
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in examples)
+    ):
+        shape = tuple(examples)
+        raise InferenceError(
+            message(
+                "training_memory(model, example_inputs)",
+                "a tuple of the forward's positional inputs",
+                f"{shape!r}, which reads as integers, not as a shape",
+                f"wrap one input's shape in a tuple: training_memory(model, ({shape!r},))",
+            )
+        )
+    return tuple(examples)
+
+
+# --- the optimizer -------------------------------------------------------------------------
+def _optimizers() -> dict[str, type[torch.optim.Optimizer]]:
+    """torch.optim's optimizer classes, by lower-case name."""
+    found = {}
+    for name, value in vars(torch.optim).items():
+        if (
+            isinstance(value, type)
+            and issubclass(value, torch.optim.Optimizer)
+            and value is not torch.optim.Optimizer
+        ):
+            found[name.lower()] = value
+    return dict(sorted(found.items()))
+
+
+def _optimizer_class(optimizer: str | type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    """The optimizer class for a name of torch.optim (any case) or a class (returned).
+
+    >>> _optimizer_class("AdamW")
+    <class 'torch.optim.adamw.AdamW'>
+    """
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        return optimizer
+    known = _optimizers()
+    if isinstance(optimizer, str) and optimizer.lower() in known:
+        return known[optimizer.lower()]
+    raise LazynnError(
+        message(
+            "training_memory(optimizer=...)",
+            "a torch.optim.Optimizer subclass or the name of one: " + ", ".join(known),
+            repr(optimizer),
+            "pass one of these names (any case) or an optimizer class",
+        )
+    )
+
+
+def _requires_lr(cls: type[torch.optim.Optimizer]) -> bool:
+    try:
+        lr = inspect.signature(cls).parameters.get("lr")
+    except (TypeError, ValueError):  # (no signature to read)
+        return False
+    return lr is not None and lr.default is inspect.Parameter.empty
+
+
+def _optimizer_states(
+    cls: type[torch.optim.Optimizer], params: list[torch.Tensor], kwargs: dict[str, Any]
+) -> int:
+    """Bytes of ``cls``'s state after one step on meta ``params`` with meta gradients."""
+    if "lr" not in kwargs and _requires_lr(cls):
+        kwargs["lr"] = DEFAULT_LR
+    if not params:  # nothing to train: no state (an optimizer refuses an empty list)
+        return 0
+    try:
+        optimizer = cls(params, **kwargs)
+        for p in params:
+            p.grad = torch.empty_like(p)
+        with torch.no_grad():
+            optimizer.step()
+    except Exception as error:
+        others = [n for n in ("adamw", "sgd", "adagrad") if n != cls.__name__.lower()]
+        raise LazynnError(
+            message(
+                f"training_memory(optimizer={cls.__name__!r})",
+                "an optimizer that can be constructed with "
+                f"{kwargs or 'its defaults'} and take one step on meta tensors",
+                f"{cls.__name__}, which failed",
+                f"estimate with another optimizer ({', '.join(repr(n) for n in others)}) or "
+                "other optimizer_kwargs",
+                detail=f"{type(error).__name__}: {first_line(error)}",
+            )
+        ) from error
+    return sum(t.nbytes for t in _unique(_tensors_in(optimizer.state)))
+
+
+def _tensors_in(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in nested dicts, lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors_in(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors_in(value)
+
+
+# --- the meta copy -------------------------------------------------------------------------
+def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
+    """An empty meta tensor like ``tensor`` (shape, strides, dtype; a Parameter stays one),
+    sharing nothing with it (not even a version counter)."""
+    meta = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device="meta")
+    if isinstance(tensor, nn.Parameter):
+        return nn.Parameter(meta, tensor.requires_grad)
+    return meta
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose real tensors are meta twins (placeholders are copied
+    as placeholders): the memo given to ``deepcopy`` maps each real tensor to its twin, so
+    nothing of the model's size is allocated and a tensor held twice stays one tensor."""
+    memo: dict[int, Any] = {}
+    for module in model.modules():
+        tensors = [t for _, _, t in own_slots(module)]
+        tensors += [v for v in module.__dict__.values() if isinstance(v, torch.Tensor)]
+        for tensor in tensors:
+            if id(tensor) not in memo and not is_placeholder(tensor):
+                memo[id(tensor)] = _meta_twin(tensor)
+    return copy.deepcopy(model, memo)
+
+
+def _unique(*groups: Iterator[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors, each object once, in order."""
+    seen: dict[int, torch.Tensor] = {}
+    for group in groups:
+        for tensor in group:
+            seen.setdefault(id(tensor), tensor)
+    return list(seen.values())
+
+
+# --- the activations -----------------------------------------------------------------------
+def _storage_key(tensor: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
+
+
+def _activations(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes of the storages autograd saves in one training-mode forward of the meta
+    ``model`` (its tensors are swapped for fake CPU tensors: it is a scratch copy), except
+    the storages of its parameters and buffers."""
+    # FakeTensorMode is private (torch.compile's own fake tensors; no public equivalent):
+    # fake CPU tensors hold no memory and, unlike meta tensors, make every choice a CPU
+    # makes by device (scaled_dot_product_attention's kernel: flash on a CPU, math on meta).
+    with FakeTensorMode(allow_non_fake_inputs=True), torch.device("cpu"):
+        fakes: dict[int, torch.Tensor] = {}
+
+        def fake(tensor: torch.Tensor) -> torch.Tensor:
+            if id(tensor) not in fakes:
+                twin = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype)
+                if isinstance(tensor, nn.Parameter):
+                    twin = nn.Parameter(twin, tensor.requires_grad)
+                fakes[id(tensor)] = twin
+            return fakes[id(tensor)]
+
+        state: list[torch.Tensor] = []
+        for module in model.modules():
+            for store, name, tensor in own_slots(module):
+                store[name] = fake(tensor)
+                state.append(store[name])
+            for key, value in list(module.__dict__.items()):
+                if isinstance(value, torch.Tensor):  # (a mask kept as a plain attribute)
+                    module.__dict__[key] = fake(value)
+        args, kwargs = map_tensors(fake, args), map_tensors(fake, kwargs)
+        # Kept alive to the end: a freed StorageImpl's address could be reused by another.
+        saved: dict[StorageWeakRef, torch.Tensor] = {}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            saved.setdefault(_storage_key(tensor), tensor)
+            return tensor
+
+        def unpack(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor
+
+        model.train()
+        with (
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            torch.autograd.graph.saved_tensors_hooks(pack, unpack),
+        ):
+            try:
+                model(*args, **kwargs)
+            except LazynnError:
+                raise
+            except Exception as error:
+                raise InferenceError(
+                    message(
+                        "training_memory",
+                        "a model whose training forward runs on fake (meta-like) tensors",
+                        f"a forward that failed with {type(error).__name__}",
+                        "make the forward independent of tensor values (no .item(), no "
+                        "data-dependent shapes) and of tensors held outside parameters, "
+                        "buffers and module attributes",
+                        detail=first_line(error),
+                    )
+                ) from error
+        excluded = {_storage_key(t) for t in state}
+        return sum(t.untyped_storage().nbytes() for k, t in saved.items() if k not in excluded)
