@@ -9,6 +9,7 @@ errors print one line and no traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import shutil
@@ -79,6 +80,14 @@ def embed():
 def sized(width, depth=1, *, bias=True, name="a:b"):
     assert name.count(":") == 1, name
     return nn.Sequential(*[LazyLinear(width, bias=bias) for _ in range(depth)])
+
+
+def blocks():
+    return nn.Sequential(*[nn.Sequential(LazyLinear(8), nn.ReLU()) for _ in range(4)])
+
+
+def normed():
+    return nn.Sequential(LazyLinear(4), nn.BatchNorm1d(4))
 
 
 def _private():
@@ -461,6 +470,8 @@ def test_no_callable_lists_what_the_file_defines(
         "conv",
         "embed",
         "sized",
+        "blocks",
+        "normed",
         "TwoInputs",
     ]
 
@@ -509,6 +520,10 @@ FIXES = {
         ["{nets}:broken", "--input", "1x3x2x2"],
         ["Kernel size", "Fix: check the --input shapes"],
     ),
+    "a batch of one, BatchNorm in training": (
+        ["{nets}:normed", "--input", "1x3"],
+        ["BatchNorm1d at '1'", "Fix: give --input a batch of more than one, or pass --eval"],
+    ),
     "too many inputs": (
         ["{nets}:tiny", "--input", "2x5", "--input", "2x5"],
         ["Fix: give one --input per argument of the model's forward"],
@@ -522,8 +537,9 @@ def test_fixes_name_the_flags(case: str, capsys: pytest.CaptureFixture[str], net
     code = main(["summary", *fill(args, nets)])
     out, err = capsys.readouterr()
     assert_one_line_error(code, out, err, *fragments)
-    for python_api in ["x.to(", "layer.to(", "reshape the input", "call the layer", "the model is"]:
+    for python_api in ["x.to(", "layer.to(", "reshape the input", "call the layer", "mode="]:
         assert python_api not in err
+    assert "the model is" not in err
     assert torch.get_default_dtype() == torch.float32
 
 
@@ -534,6 +550,114 @@ def test_fix_with_dtype_works(capsys: pytest.CaptureFixture[str], nets: Path) ->
     )
     assert main(["summary", f"{nets}:conv", "--input", "1x3x8x8"]) == 0
     assert capsys.readouterr().err == ""
+
+
+# --- the view and the run: --depth, --expand, --format, --width, --eval, --training ---------
+
+VIEWS = {
+    "defaults": ([], {}, {}),
+    "--depth 0": (["--depth", "0"], {}, {"depth": 0}),
+    "--depth 1": (["--depth", "1"], {}, {"depth": 1}),
+    "--expand": (["--expand"], {}, {"expand": True}),
+    "--depth 2 --expand": (["--depth", "2", "--expand"], {}, {"depth": 2, "expand": True}),
+    "--format markdown": (["--format", "markdown"], {}, {"format": "markdown"}),
+    "--format json": (["--format", "json"], {}, {"format": "json"}),
+    "--width 40": (["--width", "40"], {}, {"width": 40}),
+    "--width 0 (no limit)": (["--width", "0"], {}, {"width": None}),
+    "--eval": (["--eval"], {"mode": "eval"}, {}),
+    "--training": (["--training"], {"training": True, "optimizer": "adamw"}, {}),
+    "--optimizer sgd": (["--optimizer", "sgd"], {"training": True, "optimizer": "sgd"}, {}),
+    "--training --optimizer Adam --format json": (
+        ["--training", "--optimizer", "Adam", "--format", "json"],
+        {"training": True, "optimizer": "Adam"},
+        {"format": "json"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(VIEWS))
+def test_view_flags_print_what_render_gives(
+    case: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    """Each flag is passed on: summary(model, *specs, mode=..., training=..., optimizer=...)
+    then .render(format=..., depth=..., expand=..., width=...), defaults otherwise."""
+    flags, run, view = VIEWS[case]
+    assert main(["summary", f"{nets}:blocks", "--input", "2x5", *flags]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    namespace = runpy.run_path(str(nets), run_name="nets_test")
+    result = lazynn.summary(namespace["blocks"](), (2, 5), **{"mode": "train", **run})
+    rendered = result.render(
+        **{"format": "table", "depth": None, "expand": False, "width": 100, **view}
+    )
+    assert out == rendered + "\n"
+
+
+def test_json_has_the_run(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    argv = ["summary", f"{nets}:blocks", "--input", "Bx5", "--format", "json"]
+    assert main([*argv, "--eval", "--optimizer", "sgd"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mode"] == "eval"
+    assert data["batch"] == "B"
+    assert data["total_params"] == (5 * 8 + 8) + 3 * (8 * 8 + 8)
+    assert data["memory"]["optimizer"] == "SGD"
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mode"] == "train"
+    assert "memory" not in data  # no estimate unless --training or --optimizer
+
+
+def test_symbolic_batch_is_passed_on(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    assert main(["summary", f"{nets}:tiny", "--input", "Bx5"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "Sequential: input [B, 5] -> output [B, 3]"
+
+
+def test_view_widths(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    argv = ["summary", f"{nets}:two_inputs", "--input", "2x5", "--input", "2x3"]
+    assert main([*argv, "--input", "2x7:long", "--width", "60"]) == 0
+    assert max(map(len, capsys.readouterr().out.splitlines())) <= 60
+
+
+def test_expand_shows_every_block(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    assert main(["summary", f"{nets}:blocks", "--input", "2x5", "--depth", "1"]) == 0
+    collapsed = capsys.readouterr().out
+    assert main(["summary", f"{nets}:blocks", "--input", "2x5", "--depth", "1", "--expand"]) == 0
+    expanded = capsys.readouterr().out
+    assert all(f"  {i} (Sequential)" in expanded for i in range(4))
+    assert "  0 (Sequential)" in collapsed
+    assert "  3 (Sequential)" not in collapsed  # blocks 1-3, identical: one row
+
+
+VIEW_ERRORS = {
+    "--depth -1": ["--depth", "-1"],
+    "--depth x": ["--depth", "x"],
+    "--width -5": ["--width", "-5"],
+    "--format xml": ["--format", "xml"],
+}
+
+
+@pytest.mark.parametrize("case", list(VIEW_ERRORS))
+def test_view_flag_errors(case: str, capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["summary", f"{nets}:tiny", "--input", "2x5", *VIEW_ERRORS[case]])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("python -m lazynn summary: error: argument ")
+    assert case.split()[0] in err.splitlines()[-1]
+
+
+def test_unknown_optimizer(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    code = main(["summary", f"{nets}:tiny", "--input", "2x5", "--optimizer", "nope"])
+    assert_one_line_error(code, *capsys.readouterr(), "--optimizer", "'nope'", "adamw", "sgd")
+
+
+def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["summary", "--help"])
+    out = capsys.readouterr().out
+    flags = ["--depth", "--expand", "--format", "--width", "--eval", "--training", "--optimizer"]
+    assert all(flag in out for flag in flags)
+    assert "implies --training" in " ".join(out.split())
 
 
 # --- the console script -----------------------------------------------------------------------

@@ -39,6 +39,7 @@ _USAGE_EXAMPLE = "lazynn summary examples/models.py:resnet50 --input 1x3x224x224
 _RUN_NAME = "__lazynn_summary__"
 #: how many of a file's callables a "no callable" error lists
 _LIST_AT_MOST = 20
+_FORMATS = ("table", "markdown", "json")
 _LITERALS = "numbers, strings, True, False, None, and tuples, lists or dicts of them"
 
 
@@ -53,15 +54,10 @@ def _version() -> str:
     return f"lazynn {__version__} (torch {torch.__version__})"
 
 
-def _prog() -> str:
-    """``lazynn`` when run as the console script, else ``python -m lazynn``."""
-    return "lazynn" if Path(sys.argv[0]).stem == "lazynn" else "python -m lazynn"
-
-
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments, with their help texts."""
     parser = argparse.ArgumentParser(
-        prog=_prog(),
+        prog="lazynn" if Path(sys.argv[0]).stem == "lazynn" else "python -m lazynn",
         description="Shape-inferring (lazy) layers for PyTorch.",
         epilog=f"example: {_USAGE_EXAMPLE}",
     )
@@ -102,7 +98,70 @@ def _parser() -> argparse.ArgumentParser:
         help="the model's floating-point dtype (float32, float16, bfloat16...): sets the "
         "default dtype while the model is constructed and summarized (default: float32)",
     )
+    view = cmd.add_argument_group("the view")
+    view.add_argument(
+        "--depth",
+        type=_count(0),
+        default=None,
+        metavar="N",
+        help="show modules down to nesting level N (0: the model alone; default: the "
+        "deepest level whose table fits a screen)",
+    )
+    view.add_argument(
+        "--expand",
+        action="store_true",
+        help="show every repeated block (default: one row for a run of identical "
+        "consecutive blocks)",
+    )
+    view.add_argument(
+        "--format",
+        choices=_FORMATS,
+        default="table",
+        help="table (text, the default), markdown, or json (every figure, for scripts)",
+    )
+    view.add_argument(
+        "--width",
+        type=_count(0),
+        default=100,
+        metavar="N",
+        help="the table's widest line, in characters (long names and shapes are cut "
+        "with ...; default: 100; 0: no limit)",
+    )
+    run = cmd.add_argument_group("the run")
+    run.add_argument(
+        "--eval",
+        action="store_true",
+        help="run the example in eval mode (default: train mode, as a first training step)",
+    )
+    run.add_argument(
+        "--training",
+        action="store_true",
+        help="add an estimate of one training step's memory: parameters, gradients, "
+        "optimizer states, activations",
+    )
+    run.add_argument(
+        "--optimizer",
+        default=None,
+        metavar="NAME",
+        help="the optimizer of the --training estimate, a torch.optim name in any case "
+        "(adamw, the default, sgd, adam...); implies --training",
+    )
     return parser
+
+
+def _count(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, received {text!r}")
+        return value
+
+    return parse
 
 
 # --- the target ---------------------------------------------------------------------------
@@ -180,11 +239,6 @@ def _parse_target(text: str) -> _Target:
     )
 
 
-def _is_file_like(source: str) -> bool:
-    """Whether ``source`` is written as a file path (so a missing one is a missing file)."""
-    return source.endswith(".py") or "/" in source or os.sep in source
-
-
 def _run_file(source: str) -> tuple[dict[str, Any], str]:
     """Run a Python file: its namespace, and the ``__module__`` of what it defines."""
     path = Path(source)
@@ -238,7 +292,8 @@ def _defined(namespace: dict[str, Any], module_name: str) -> list[str]:
 
 def _load_factory(target: _Target) -> Callable[..., Any]:
     """The callable TARGET names, from its file or module."""
-    if Path(target.source).is_file() or _is_file_like(target.source):
+    source = target.source  # a file if it exists or is written as a path (a missing file)
+    if Path(source).is_file() or source.endswith(".py") or "/" in source or os.sep in source:
         namespace, module_name = _run_file(target.source)
     else:
         namespace, module_name = _import_module(target.source)
@@ -315,6 +370,7 @@ _FIXES = {
     "check the example inputs": "give one --input per argument of the model's forward, in order",
     "check the input's layout": "check the --input shapes and the layer's arguments in the factory",
     "call it with a valid input": "check the --input shapes and dtypes",
+    "give a batch of more than one": "give --input a batch of more than one, or pass --eval",
 }
 
 
@@ -346,6 +402,9 @@ def _cli_fix(text: str, inputs: Sequence[str]) -> str:
         return f"{head} Fix: give one --input per argument of the model's forward, in order"
     if "'indices'" in head and "Long" in head:  # an nn.Embedding given floats
         return f"{head} Fix: pass token ids as integers: add ':long' to their --input"
+    if head.startswith("training_memory(optimizer=...)"):
+        head = "--optimizer" + head.removeprefix("training_memory(optimizer=...)")
+        return f"{head} Fix: pass one of these names to --optimizer (any case)"
     for python, cli in _FIXES.items():
         if fix.startswith(python):
             return f"{head} Fix: {cli}"
@@ -390,8 +449,17 @@ def _summary(args: argparse.Namespace) -> str:
         if model_dtype is not None:
             torch.set_default_dtype(model_dtype)
         model = _construct(target, factory)
+        training = args.training or args.optimizer is not None
+        # (training and optimizer are passed only when asked for: summary's default is False)
+        estimate = {"training": True, "optimizer": args.optimizer or "adamw"} if training else {}
         try:
-            return str(summary(model, *specs))
+            result = summary(model, *specs, mode="eval" if args.eval else "train", **estimate)
+            return result.render(
+                format=args.format,
+                depth=args.depth,
+                expand=args.expand,
+                width=args.width or None,
+            )
         except LazynnError as error:
             raise CommandError(_cli_fix(str(error), args.input)) from None
         except Exception as error:  # e.g. a shape too large for torch to describe
