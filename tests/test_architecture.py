@@ -54,6 +54,7 @@ LAYERS = [
     "_materialize",
     "_on_build",
     "_memory",
+    "_report",
     "_summary",
     "_cli",
     "__main__",

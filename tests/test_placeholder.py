@@ -95,6 +95,8 @@ KNOWN_COUNTER = (
     lazynn.LazyInstanceNorm2d,
     lazynn.LazyInstanceNorm3d,
     lazynn.LazySyncBatchNorm,
+    lazynn.BatchNorm,  # rank-agnostic: the same
+    lazynn.InstanceNorm,
 )
 
 

@@ -240,3 +240,21 @@ def test_readme_shows_what_the_main_job_prints(capsys: pytest.CaptureFixture[str
     target = str(root / "examples" / "models.py") + ":gpt2_medium"
     assert main(["summary", target, "--input", "1x1024:long"]) == 0
     assert capsys.readouterr().out == shown
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_training_memory_in_the_summary_and_its_json(optimizer: str) -> None:
+    from lazynn._memory import training_memory
+
+    report = lazynn.summary(Blocks(), (4, 6), training=True, optimizer=optimizer)
+    assert report.memory == training_memory(Blocks(), ((4, 6),), {}, optimizer)
+    memory = report.to_dict()["memory"]
+    assert set(memory) >= {"params", "gradients", "optimizer_states", "activations", "total"}
+    assert memory["total"] == sum(
+        memory[k] for k in ("params", "gradients", "optimizer_states", "activations")
+    )
+    assert f"Training memory ({report.memory.optimizer}" in str(report)  # type: ignore[union-attr]
+    per_sample = lazynn.summary(Blocks(), lazynn.Spec(("B", 6)), training=True).memory
+    one = training_memory(Blocks(), ((1, 6),), {})
+    assert per_sample == one  # activations per sample, from batches of 2 and 3
+    assert lazynn.summary(Blocks(), (4, 6)).memory is None

@@ -11,7 +11,7 @@ and the depth is the deepest that fits in :data:`SCREEN_ROWS` rows (``depth=`` t
 >>> report = lazynn.summary(net, (4, 16))
 >>> report.to_dict()["rows"][1]["params"], report.to_dict()["total_flops"]
 (136, 1152)
->>> print(report.render(format="markdown").splitlines()[2])
+>>> print(report.render(format="markdown").splitlines()[3])
 | 0 (LazyLinear -> Linear) | [4, 16] | [4, 8] | 136 | 1.0K |
 """
 
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from ._memory import Memory
 
 __all__ = ["COLUMNS", "SCREEN_ROWS", "Dim", "Shape", "Summary", "SummaryRow"]
 
@@ -125,7 +127,7 @@ class Summary:
     #: FLOPs and activations are per sample (B=1)
     batch: str | None = None
     #: the training-memory estimate, when asked for (``training=True``)
-    memory: Any = None  # a _memory.Memory
+    memory: Memory | None = None
 
     @property
     def non_trainable_parameters(self) -> int:

@@ -12,12 +12,15 @@ costs linear in the batch, as every layer's forward is).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from ._errors import LazynnError, message
+from ._memory import training_memory
 from ._mixin import is_lazy_module
 from ._rehearse import Call, Rehearsal, Spec, rehearse
 from ._report import Dim, Shape, Summary, SummaryRow
@@ -33,6 +36,8 @@ def summary(
     model: nn.Module,
     *example_inputs: Any,
     mode: str = "train",
+    training: bool = False,
+    optimizer: str | type[torch.optim.Optimizer] = "adamw",
     **example_kwargs: Any,
 ) -> Summary:
     """Summarize ``model`` for example inputs, built or not, allocating nothing.
@@ -43,6 +48,11 @@ def summary(
             :class:`lazynn.Spec` (whose first dimension may be a name: a symbolic batch).
         mode: ``"train"`` (the default, as a first call in training) or ``"eval"``: the
             mode every module runs the examples in (the model's own modes are kept).
+        training: add an estimate of a training step's memory (``Summary.memory``):
+            parameters, gradients, ``optimizer``'s state and the activations autograd saves,
+            counted on meta (see :func:`lazynn._memory.training_memory`).
+        optimizer: a ``torch.optim`` class or its name (``"adamw"``, ``"sgd"``...), for
+            ``training``.
 
     Returns a :class:`~lazynn.Summary`: ``str()`` is the table, ``.render(...)`` chooses the
     depth, format and columns, ``.to_dict()`` is JSON-ready. FLOPs are counted with
@@ -64,23 +74,25 @@ def summary(
             message("lazynn.summary", "mode='train' or mode='eval'", repr(mode), "pass one of them")
         )
     batch = _symbol(example_inputs, example_kwargs)
-    training = mode == "train"
+    train = mode == "train"
     if batch is None:
         rehearsal = rehearse(
-            model, example_inputs, example_kwargs, training=training, count_flops=True
+            model, example_inputs, example_kwargs, training=train, count_flops=True
         )
-        return _collect(model, rehearsal, mode, None, None)
-    runs = [
-        rehearse(
-            model,
-            _substituted(example_inputs, n),
-            _substituted(example_kwargs, n),
-            training=training,
-            count_flops=True,
-        )
-        for n in _TRIES
-    ]
-    return _collect(model, runs[0], mode, batch, runs[1])
+        report = _collect(model, rehearsal, mode, None, None)
+        if training:
+            memory = training_memory(model, example_inputs, example_kwargs, optimizer)
+            report = dataclasses.replace(report, memory=memory)
+        return report
+    tries = [(_substituted(example_inputs, n), _substituted(example_kwargs, n)) for n in _TRIES]
+    runs = [rehearse(model, a, k, training=train, count_flops=True) for a, k in tries]
+    report = _collect(model, runs[0], mode, batch, runs[1])
+    if training:  # per sample: activations are linear in the batch, the rest does not change
+        two, three = (training_memory(model, a, k, optimizer) for a, k in tries)
+        per_sample = max(2 * two.activations - three.activations, 0)
+        memory = dataclasses.replace(two, activations=per_sample)
+        report = dataclasses.replace(report, memory=memory)
+    return report
 
 
 def _collect(

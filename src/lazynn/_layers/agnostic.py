@@ -255,6 +255,7 @@ class BatchNorm(_RankAgnostic):
     }
     inferred: ClassVar[Mapping[str, Infer]] = _FEATURES
     mixed_precision_input = True
+    known_buffers = frozenset({"num_batches_tracked"})  # tensor(0), as the lazy norms'
 
     def __init__(
         self,
@@ -284,6 +285,7 @@ class InstanceNorm(_RankAgnostic):
     }
     inferred: ClassVar[Mapping[str, Infer]] = _FEATURES
     mixed_precision_input = True
+    known_buffers = frozenset({"num_batches_tracked"})  # tensor(0), as the lazy norms'
 
     def __init__(
         self,
