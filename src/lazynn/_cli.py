@@ -449,11 +449,14 @@ def _summary(args: argparse.Namespace) -> str:
         if model_dtype is not None:
             torch.set_default_dtype(model_dtype)
         model = _construct(target, factory)
-        training = args.training or args.optimizer is not None
-        # (training and optimizer are passed only when asked for: summary's default is False)
-        estimate = {"training": True, "optimizer": args.optimizer or "adamw"} if training else {}
         try:
-            result = summary(model, *specs, mode="eval" if args.eval else "train", **estimate)
+            result = summary(
+                model,
+                *specs,
+                mode="eval" if args.eval else "train",
+                training=args.training or args.optimizer is not None,  # --optimizer implies it
+                optimizer=args.optimizer or "adamw",
+            )
             return result.render(
                 format=args.format,
                 depth=args.depth,
