@@ -21,6 +21,7 @@ import runpy
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -49,9 +50,11 @@ class CommandError(Exception):
 
 def _version() -> str:
     """What --version prints: lazynn's version and torch's."""
-    from . import __version__
-
-    return f"lazynn {__version__} (torch {torch.__version__})"
+    try:  # (as lazynn.__version__: the installed distribution's)
+        version = metadata.version("lazynn")
+    except metadata.PackageNotFoundError:
+        version = "0+unknown"
+    return f"lazynn {version} (torch {torch.__version__})"
 
 
 def _parser() -> argparse.ArgumentParser:
