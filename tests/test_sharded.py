@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from lazynn._sharded import draw_slice
+from lazynn._sharded import draw_region, draw_slice
 
 FILLS = {
     "uniform": (torch.Tensor.uniform_, (-0.5, 0.25)),
@@ -51,6 +51,44 @@ def test_a_slice_drawn_in_chunks_equals_the_slice_of_a_whole_draw(
     draw_slice(part, op, shape, start * shape[1], args, {}, chunk=chunk)
     assert torch.equal(part, whole[start : start + count])
     # and the generator ends where the whole draw leaves it: later layers draw the same
+    assert torch.equal(torch.get_rng_state(), after_whole)
+
+
+@st.composite
+def blocks(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    """A full shape (1 to 3 dims), a block in it (offset, shape) and a chunk size."""
+    full = tuple(draw(st.lists(st.integers(1, 12), min_size=1, max_size=3)))
+    offset = tuple(draw(st.integers(0, n - 1)) for n in full)
+    shape = tuple(draw(st.integers(0, n - o)) for n, o in zip(full, offset, strict=True))
+    chunk = draw(st.sampled_from([16, 32, 48, 160, 1 << 20]))
+    return full, offset, shape, chunk
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    case=blocks(),
+    fill=st.sampled_from(sorted(FILLS)),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_block_drawn_in_chunks_equals_the_block_of_a_whole_draw(
+    case: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int],
+    fill: str,
+    dtype: torch.dtype,
+    seed: int,
+) -> None:
+    """Any shard's block (a Shard(1) column block, a 2-D shard, an empty one) is the block of
+    the whole draw, and the generator ends where the whole draw leaves it."""
+    full, offset, shape, chunk = case
+    op, args = FILLS[fill]
+    torch.manual_seed(seed)
+    whole = op(torch.empty(full, dtype=dtype), *args)
+    after_whole = torch.get_rng_state()
+    torch.manual_seed(seed)
+    block = torch.full(shape, float("nan"), dtype=dtype)
+    draw_region(block, op, full, offset, args, {}, chunk=chunk)
+    index = tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
+    assert torch.equal(block, whole[index])
     assert torch.equal(torch.get_rng_state(), after_whole)
 
 
@@ -105,22 +143,35 @@ def test_copies_of_one_lazy_layer_sharded_equal_eager_copies() -> None:
         dist.destroy_process_group()
 
 
-def test_a_placement_other_than_dim_0_is_refused_and_changes_nothing() -> None:
+def test_other_placements_equal_eager_and_partial_is_refused_changing_nothing() -> None:
+    """FSDP2 sharding on the last dim initializes as eager (tests/test_distributed.py checks
+    Shard(1) and 2-D shards on real ranks); a Partial parameter, which holds no block of
+    its values, is refused and the model stays on meta."""
     import torch.distributed as dist
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor import DTensor, Partial, Shard
 
     import lazynn
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
         model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (2, 3), device="meta")
         fully_shard(model, mesh=mesh, shard_placement_fn=lambda p: Shard(p.dim() - 1))
-        with pytest.raises(lazynn.LazynnError, match=r"'0'.*sharded on dim 0.*Shard\(dim=1\)"):
-            lazynn.materialize(model, "cpu")
-        assert all(p.is_meta for p in model.parameters())
+        lazynn.materialize(model, "cpu")
+        torch.manual_seed(0)
+        eager = nn.Sequential(nn.Linear(3, 4))
+        for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+            assert torch.equal(p.full_tensor(), q)
+
+        partial = lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (2, 3), device="meta")
+        weight = DTensor.from_local(torch.empty(4, 3, device="meta"), mesh, [Partial()])
+        partial[0].weight = nn.Parameter(weight)
+        with pytest.raises(lazynn.LazynnError, match=r"'0'.*Partial"):
+            lazynn.materialize(partial, "cpu")
+        assert all(p.is_meta or p.to_local().is_meta for p in partial.parameters())
     finally:
         dist.destroy_process_group()

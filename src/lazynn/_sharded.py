@@ -45,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._errors import LazynnError, message
 
-__all__ = ["ShardedInit", "draw_slice", "init_mode"]
+__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
 _FILLS: dict[Any, Callable[..., Any]] = {
@@ -90,26 +90,80 @@ def draw_slice(
             flat[a - start : b - start].copy_(buffer[a - lo : b - lo])
 
 
-def _shard_rows(tensor: Any) -> tuple[int, int] | None:
-    """(first row, rows) of this rank's shard of a DTensor sharded on dim 0 (and replicated
-    on any other mesh dimension), or None for another placement."""
+def draw_region(
+    out: torch.Tensor,
+    fill: Callable[..., Any],
+    full_shape: tuple[int, ...],
+    offset: tuple[int, ...],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    chunk: int = CHUNK,
+) -> None:
+    """Fill ``out`` with the block at ``offset`` (one start per dimension, ``out``'s shape) of
+    what ``fill(torch.empty(full_shape), *args)`` would draw, drawing the whole stream.
+
+    A block whose elements are contiguous in the full tensor (a ``Shard(0)`` shard) is one
+    flat slice (:func:`draw_slice`). Any other (a ``Shard(1)`` column block, a 2-D shard) is
+    drawn in chunks of whole rows of dim 0, each copied from where it overlaps the block.
+
+    >>> _ = torch.manual_seed(0)
+    >>> full = torch.empty(5, 40).uniform_()
+    >>> _ = torch.manual_seed(0)
+    >>> block = torch.empty(3, 16)
+    >>> draw_region(block, torch.Tensor.uniform_, (5, 40), (1, 20), (), {}, chunk=32)
+    >>> torch.equal(block, full[1:4, 20:36])
+    True
+    """
+    shape = tuple(out.shape)
+    if math.prod(shape) == 0:  # an empty shard (uneven sharding): draw the stream, keep none
+        draw_slice(out, fill, full_shape, 0, args, kwargs, chunk)
+        return
+    # contiguous in the full tensor: size 1 before the first partial dim, full after it
+    partial = next((d for d in range(len(shape)) if shape[d] != full_shape[d]), None)
+    if partial is None or (
+        all(shape[d] == 1 for d in range(partial))
+        and all(shape[d] == full_shape[d] for d in range(partial + 1, len(shape)))
+    ):
+        strides = [math.prod(full_shape[d + 1 :]) for d in range(len(full_shape))]
+        start = sum(o * st for o, st in zip(offset, strides, strict=True))
+        draw_slice(out, fill, full_shape, start, args, kwargs, chunk)
+        return
+    row = math.prod(full_shape[1:])
+    rows = full_shape[0]
+    step = 16 // math.gcd(row, 16)  # rows per chunk: a multiple of this keeps chunks at 16s
+    per = max(step, (max(chunk, row) // row) // step * step)
+    bounds = list(range(0, rows, per))
+    if len(bounds) > 1 and (rows - bounds[-1]) * row < 16:
+        bounds.pop()  # the last chunk must hold at least 16 elements
+    bounds.append(rows)
+    widest = max(hi - lo for lo, hi in itertools.pairwise(bounds))
+    scratch = torch.empty(widest * row, dtype=out.dtype, device=out.device)
+    inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
+    first, last = offset[0], offset[0] + shape[0]
+    for lo, hi in itertools.pairwise(bounds):
+        buffer = scratch[: (hi - lo) * row]
+        fill(buffer, *args, **kwargs)
+        a, b = max(lo, first), min(hi, last)
+        if a < b:
+            index = (slice(a - lo, b - lo), *inner)
+            out[a - first : b - first].copy_(buffer.view(hi - lo, *full_shape[1:])[index])
+
+
+def _region(tensor: Any) -> tuple[int, ...] | None:
+    """The offset in the full tensor of this rank's shard of a DTensor (its local tensor is
+    the block there), or None for a placement that holds no block of it (``Partial``)."""
     # (torch.distributed.tensor imports sympy: only a process holding DTensors gets here, and
     # it has imported it already.)
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Partial
 
-    start, rows = 0, tensor.shape[0]
-    for mesh_dim, placement in enumerate(tensor.placements):
-        if isinstance(placement, Replicate):
-            continue
-        if not (isinstance(placement, Shard) and placement.dim == 0):
-            return None
-        # torch.chunk's split, which DTensor's Shard uses: ceil(rows / n) per rank
-        n = tensor.device_mesh.size(mesh_dim)
-        rank = tensor.device_mesh.get_local_rank(mesh_dim)
-        per = -(-rows // n)
-        start += min(rank * per, rows)
-        rows = max(0, min(per, rows - rank * per))
-    return start, rows
+    if any(isinstance(p, Partial) for p in tensor.placements):
+        return None
+    # DTensor.__create_chunk_list__ is the protocol torch.distributed.checkpoint reads a
+    # shard's place with (DTensor documents it; torch's own offsets, _StridedShard included)
+    (chunk,) = tensor.__create_chunk_list__()
+    if tuple(chunk.sizes) != tuple(tensor.to_local().shape):
+        return None
+    return tuple(int(o) for o in chunk.offsets)
 
 
 class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -149,22 +203,23 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if all(p.is_replicate() for p in target.placements):
             fill(local, *args[1:], **kwargs)  # every rank draws the whole tensor
             return target
-        rows = _shard_rows(target)
-        if rows is None or local.shape[0] != rows[1] or not local.is_contiguous():
+        offset = _region(target)
+        if offset is None or not local.is_contiguous():
             raise self._refuse(f"the placements {tuple(target.placements)}")
-        row = math.prod(target.shape[1:])
-        draw_slice(local, fill, tuple(target.shape), rows[0] * row, args[1:], kwargs)
+        draw_region(local, fill, tuple(target.shape), offset, args[1:], kwargs)
         return target
 
     def _refuse(self, what: str) -> LazynnError:
         return LazynnError(
             message(
                 f"lazynn.materialize at '{self.where}'",
-                "sharded parameters initialized by uniform_/normal_ fills of parameters "
-                "sharded on dim 0 (FSDP2's default), so that they equal an unsharded model's",
+                "sharded parameters that hold a block of the full tensor (Shard, "
+                "Replicate), initialized by uniform_/normal_ fills, so that they equal an "
+                "unsharded model's",
                 what,
-                "materialize before sharding, or keep FSDP2's default Shard(0) placement; the "
-                "model is unchanged",
+                "materialize before sharding, or shard parameters with Shard or Replicate "
+                "placements (a Partial parameter holds no block of its values); the model is "
+                "unchanged",
             )
         )
 

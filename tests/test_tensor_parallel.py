@@ -1,0 +1,197 @@
+"""Tensor parallel and 2-D (FSDP2 x TP) materialization, with the numbers of the unsharded model.
+
+The recipe (examples/tp_2d.py): ``lazynn.build(model, example, device="meta")``, then
+``parallelize_module`` with torchtitan's plan (``ColwiseParallel``: ``Shard(0)`` weights,
+``RowwiseParallel``: ``Shard(1)`` weights and ``Replicate()`` biases, ``SequenceParallel``
+norms: ``Replicate()``), on a 2-D mesh then ``fully_shard`` across (``_StridedShard`` over
+``Shard``), then ``lazynn.materialize(model, "cpu")``. Each rank allocates its own block of
+each parameter only; the gathered parameters equal the eager twin's bit for bit, the random
+stream ends where eager construction leaves it, and training steps equal a single-process run
+of the eager twin (up to the order of the all-reduce sums).
+
+2 ranks for TP, 4 for the (2, 2) mesh, gloo on 127.0.0.1, spawned and bounded in time by
+``distributed_util``. The CUDA test (DTensor's own RNG) skips on a machine without 2 GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazynn
+from distributed_util import Report, pack, run_ranks, unpack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from tp_2d import DIM, SEQ, Net, batch, tp_plan
+
+pytestmark = pytest.mark.distributed
+
+STEPS, LR = 3, 0.1
+RTOL, ATOL = 1e-5, 1e-6  # all-reduce sums in another order than one process
+
+
+def _worker(rank: int, world: int, dims: tuple[int, ...]) -> Report:
+    """Build on meta, parallelize (TP on the last mesh dim, FSDP2 on the first if 2-D),
+    materialize; report the gathered parameters, each local block, and a few training steps."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    names = ("dp", "tp") if len(dims) == 2 else ("tp",)
+    mesh = init_device_mesh("cpu", dims, mesh_dim_names=names)
+    torch.manual_seed(0)
+    model = Net(lazy=True)
+    lazynn.build(model, (2, SEQ, DIM), device="meta")
+    parallelize_module(model, mesh["tp"], tp_plan(model))
+    if len(dims) == 2:
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+    report: Report = {
+        "placements": {n: [repr(p) for p in t.placements] for n, t in model.named_parameters()},
+        "on_meta": all(t.to_local().is_meta for t in model.parameters()),
+    }
+    lazynn.materialize(model, "cpu")
+    report["next_draw"] = pack(torch.rand(4))
+    report["local"] = {
+        n: (list(t.to_local().shape), [int(o) for o in t.__create_chunk_list__()[0].offsets])
+        for n, t in model.named_parameters()
+    }
+    report["blocks"] = {n: pack(t.to_local()) for n, t in model.named_parameters()}
+    report["materialized"] = {n: pack(t.full_tensor()) for n, t in model.named_parameters()}
+    x, y = batch()
+    dp = mesh["dp"].get_local_rank() if len(dims) == 2 else 0
+    tp = mesh["tp"].get_local_rank()
+    per = x.shape[0] // (dims[0] if len(dims) == 2 else 1)
+    rows, seq = (
+        slice(dp * per, (dp + 1) * per),
+        slice(tp * SEQ // dims[-1], (tp + 1) * SEQ // dims[-1]),
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for _ in range(STEPS):
+        loss = F.mse_loss(model(x[rows, seq]), y[rows])  # FSDP2 averages over DP ranks
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    report["losses"] = losses
+    report["trained"] = {n: pack(t.full_tensor()) for n, t in model.named_parameters()}
+    return report
+
+
+def _eager() -> tuple[Any, torch.Tensor]:
+    torch.manual_seed(0)
+    eager = Net(lazy=False)
+    return eager, torch.rand(4)
+
+
+def _single_process_run(eager: Any) -> list[float]:
+    x, y = batch()
+    optimizer = torch.optim.SGD(eager.parameters(), lr=LR)
+    losses = []
+    for _ in range(STEPS):
+        loss = F.mse_loss(eager(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _check(
+    ranks: list[Report], expected_placements: dict[str, list[str]], dims: tuple[int, ...]
+) -> None:
+    eager, next_draw = _eager()
+    full = dict(eager.named_parameters())
+    for r in ranks:
+        who = f"rank {r['rank']}"
+        assert r["on_meta"], f"{who}: parallelize_module allocated before materialize"
+        for name, placements in expected_placements.items():
+            assert r["placements"][name] == placements, (who, name, r["placements"][name])
+        for name, packed in r["materialized"].items():
+            assert torch.equal(unpack(packed), full[name].detach()), f"{who}: {name}"
+        assert torch.equal(unpack(r["next_draw"]), next_draw), (
+            f"{who}: the random stream after materialize is not where eager construction leaves it"
+        )
+        # each rank holds its own block only, and it is that block of the eager parameter
+        for name, (shape, _) in r["local"].items():
+            split = math.prod(
+                n for n, p in zip(dims, r["placements"][name], strict=True) if p != "Replicate()"
+            )
+            assert math.prod(shape) <= math.ceil(full[name].numel() / split), (who, name, shape)
+        mine = sum(math.prod(shape) for shape, _ in r["local"].values())
+        assert mine < sum(p.numel() for p in full.values()) / (len(dims) + 0.5), (who, mine)
+        for name, (shape, offset) in r["local"].items():
+            index = tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
+            assert torch.equal(unpack(r["blocks"][name]), full[name].detach()[index]), (who, name)
+    losses = _single_process_run(eager)
+    trained = dict(eager.named_parameters())
+    for r in ranks:
+        mean = sum(q["losses"][-1] for q in ranks) / len(ranks)
+        assert math.isclose(mean, losses[-1], rel_tol=RTOL), (mean, losses)
+        for name, packed in r["trained"].items():
+            torch.testing.assert_close(unpack(packed), trained[name].detach(), rtol=RTOL, atol=ATOL)
+
+
+_TP_PLACEMENTS = {
+    "blocks.0.attention_norm.weight": ["Replicate()"],
+    "blocks.0.attention.wq.weight": ["Shard(dim=0)"],
+    "blocks.0.attention.wo.weight": ["Shard(dim=1)"],
+    "head.up.bias": ["Shard(dim=0)"],
+    "head.down.weight": ["Shard(dim=1)"],
+    "head.down.bias": ["Replicate()"],
+}
+
+
+def test_tensor_parallel_materializes_the_eager_numbers_and_trains_as_one_process() -> None:
+    ranks = run_ranks(_worker, (2,), world=2, timeout=150)
+    _check(ranks, _TP_PLACEMENTS, (2,))
+
+
+@pytest.mark.slow
+def test_2d_fsdp2_across_tp_inside_materializes_the_eager_numbers() -> None:
+    ranks = run_ranks(_worker, (2, 2), world=4, timeout=240)
+    placements = {
+        "blocks.0.attention.wq.weight": ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"],
+        "blocks.0.attention.wo.weight": ["Shard(dim=0)", "Shard(dim=1)"],
+        "blocks.0.attention_norm.weight": ["Shard(dim=0)", "Replicate()"],
+    }
+    _check(ranks, placements, (2, 2))
+
+
+def _cuda_worker(rank: int, world: int) -> Report:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    torch.cuda.set_device(rank)
+    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("tp",))
+    torch.manual_seed(0)
+    model = Net(lazy=True)
+    lazynn.build(model, (2, SEQ, DIM), device="meta")
+    parallelize_module(model, mesh["tp"], tp_plan(model))
+    lazynn.materialize(model, "cuda")
+    return {
+        "devices": sorted({str(t.to_local().device.type) for t in model.parameters()}),
+        "full": {n: pack(t.full_tensor()) for n, t in model.named_parameters()},
+    }
+
+
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="needs 2 CUDA devices: on CUDA, DTensor's own offset-based RNG draws the shards",
+)
+def test_on_cuda_dtensor_rng_draws_consistent_shards() -> None:
+    """On CUDA lazynn leaves random fills to DTensor's RNG (offset-based Philox): every rank's
+    shards belong to one tensor, the same on every rank, but not the CPU stream's numbers,
+    nor (in general) a single-GPU eager model's (docs/when-to-build.md)."""
+    ranks = run_ranks(_cuda_worker, world=2, timeout=150)
+    assert all(r["devices"] == ["cuda"] for r in ranks)
+    for name in ranks[0]["full"]:
+        assert torch.equal(unpack(ranks[0]["full"][name]), unpack(ranks[1]["full"][name])), name
