@@ -48,3 +48,24 @@ def test_fsdp_example_shards_and_equals_eager() -> None:
         assert "equals the eager twin: True" in line, line
         losses = [float(v) for v in line.split("losses ")[1].split(", ")]
         assert losses[-1] < losses[0]
+
+
+@pytest.mark.distributed
+def test_tp_2d_example_shards_equals_eager_and_trains_as_one_process() -> None:
+    """docs/when-to-build.md's 2-D recipe, run as the docs say: 4 processes, gloo."""
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "tp_2d.py")], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 4, run.stdout
+    for rank, line in enumerate(lines):
+        mine = float(line.split("allocated ")[1].split(" KiB")[0])
+        full = float(line.split(" of ")[1].split(" KiB")[0])
+        assert mine < full / 3, line  # a quarter of each sharded parameter, the norms' halves
+        assert line.startswith(f"rank {rank}: "), line
+        assert "equals the eager twin: True" in line, line
+        ours = [float(v) for v in line.split("losses ")[1].split(" (")[0].split(", ")]
+        single = [float(v) for v in line.split("one process: ")[1].split(")")[0].split(", ")]
+        assert ours == single, line  # to the 4 digits printed
+        assert ours[-1] < ours[0]
