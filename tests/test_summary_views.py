@@ -258,3 +258,58 @@ def test_training_memory_in_the_summary_and_its_json(optimizer: str) -> None:
     one = training_memory(Blocks(), ((1, 6),), {})
     assert per_sample == one  # activations per sample, from batches of 2 and 3
     assert lazynn.summary(Blocks(), (4, 6)).memory is None
+
+
+class _Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = lazynn.LazyLinear(8), lazynn.LazyLinear(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+class _ShapesVary(nn.Module):
+    """One block run at two shapes, a twin skipped at each: memoized rows must add per call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_Pair() for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.blocks[1](self.blocks[0](x))
+        z = self.blocks[1](y[:2])
+        w = self.blocks[0](self.blocks[0](x))  # a block skipped against its own first call
+        return self.blocks[2](z) + w[:2]
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(_Pair(), _Pair())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [_ShapesVary, lambda: nn.Sequential(_Nested(), _Nested(), _Nested()), Blocks],
+    ids=["shapes-vary", "nested", "shared-relu"],
+)
+def test_memoized_blocks_count_each_call_as_running_them_would(factory: Any) -> None:
+    """Identical blocks run once on meta; every row's calls, FLOPs and first-call shapes are
+    those of a rehearsal that runs every block."""
+    from lazynn._rehearse import rehearse
+
+    first = factory()
+    fast = rehearse(first, ((4, 8) if factory is not Blocks else (4, 6),), {}, count_flops=True)
+    slow = rehearse(
+        factory(),
+        ((4, 8) if factory is not Blocks else (4, 6),),
+        {},
+        memoize=False,
+        count_flops=True,
+    )
+    ours = {p: (c.count, c.flops, c.inputs, c.outputs) for p, c in fast.calls.items()}
+    assert ours == {p: (c.count, c.flops, c.inputs, c.outputs) for p, c in slow.calls.items()}

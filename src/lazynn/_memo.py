@@ -15,7 +15,7 @@ values only, returning tensors (in tuples, lists, dicts) only. Anything else run
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -26,9 +26,29 @@ from ._mixin import pre_hook
 from ._state import STATE_KEY, LazyState
 from ._tensors import is_placeholder, map_tensors
 
-__all__ = ["Memo"]
+__all__ = ["Below", "Memo", "Recorder"]
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+#: what one run of a block did below it: relative path -> (calls, FLOPs, the first call's
+#: input and output shapes)
+Below = dict[str, tuple[int, int, Any, Any]]
+
+
+class Recorder(Protocol):
+    """What the rehearsal records, as a memoized block sees it."""
+
+    def meter(self) -> int:
+        """The FLOPs counted so far (skipped blocks' included)."""
+
+    def mark(self) -> int:
+        """A position in the record of calls."""
+
+    def below(self, block: str, since: int) -> Below:
+        """What the calls under ``block`` since ``mark()`` gave ``since`` did."""
+
+    def skipped(self, block: str, flops: int, below: Below) -> None:
+        """``block`` was skipped: count ``flops`` and the calls ``below`` as if it had run."""
 
 
 class _Unhashable(Exception):
@@ -88,14 +108,12 @@ class Memo:
     so the rehearsal's Snapshot removes them) and records which block stood in for which."""
 
     def __init__(
-        self, model: nn.Module, paths: dict[int, str], meter: Callable[[], int] | None = None
+        self, model: nn.Module, paths: dict[int, str], recorder: Recorder | None = None
     ) -> None:
         self.paths = paths
-        #: a running count (the FLOPs counted so far, skipped blocks included): a skipped
-        #: block adds what its twin's run counted to ``skipped``
-        self.meter = meter
-        self.skipped = 0
-        self.results: dict[Hashable, tuple[str, Any, int]] = {}
+        #: what the rehearsal counts (calls, FLOPs): a skipped block counts as its twin's run
+        self.recorder = recorder
+        self.results: dict[Hashable, tuple[str, Any, int, Below]] = {}
         #: (path of a skipped block, path of the identical block that ran), in call order
         self.aliases: list[tuple[str, str]] = []
         self._prints: dict[int, Hashable | None] = {}
@@ -166,16 +184,19 @@ class Memo:
                 key: Hashable | None = (fingerprint, _signature(args), _signature(kwargs))
             except _Unhashable:
                 key = None
+            recorder = self.recorder
             if key is not None and key in self.results:
-                twin, output, cost = self.results[key]
+                twin, output, cost, below = self.results[key]
                 self.aliases.append((path, twin))
-                self.skipped += cost
+                if recorder is not None:
+                    recorder.skipped(path, cost, below)
                 return _fresh(output)
-            start = self.meter() if self.meter is not None else 0
+            start, since = (recorder.meter(), recorder.mark()) if recorder is not None else (0, 0)
             output = original(block, *args, **kwargs)
             if key is not None and _plain(output):
-                cost = self.meter() - start if self.meter is not None else 0
-                self.results[key] = (path, output, cost)
+                cost = recorder.meter() - start if recorder is not None else 0
+                below = recorder.below(path, since) if recorder is not None else {}
+                self.results[key] = (path, output, cost, below)
             return output
 
         return forward

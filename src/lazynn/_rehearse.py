@@ -33,7 +33,7 @@ from ._errors import (
     shape_str,
 )
 from ._layer import LazyLayer
-from ._memo import Memo
+from ._memo import Below, Memo
 from ._mixin import is_lazy_module
 from ._placeholder import relocate
 from ._snapshot import Snapshot
@@ -142,7 +142,8 @@ def as_meta(example: Any) -> Any:
 
 @dataclass
 class Call:
-    """One module's first call in the rehearsal."""
+    """A module's calls in the rehearsal: the first call's shapes, how many, and their FLOPs
+    (in ``_Record.trace``: one call, or the calls of a skipped block's twin run)."""
 
     path: str
     inputs: list[tuple[tuple[int, ...], torch.dtype]]
@@ -197,6 +198,47 @@ class Rehearsal:
     output: Any
 
 
+class _Record:
+    """The calls of a rehearsal, as memoized blocks see them (``_memo.Recorder``): every call
+    in order (``trace``), each module's first call and totals (``calls``), the FLOPs."""
+
+    def __init__(self, calls: dict[str, Call], counter: FlopCounterMode | None) -> None:
+        self.calls, self.counter = calls, counter
+        self.trace: list[Call] = []
+        self.skipped_flops = 0
+
+    def meter(self) -> int:
+        if self.counter is None:
+            return 0
+        return int(self.counter.get_total_flops()) + self.skipped_flops
+
+    def mark(self) -> int:
+        return len(self.trace)
+
+    def below(self, block: str, since: int) -> Below:
+        prefix = f"{block}." if block else ""
+        out: Below = {}
+        for event in self.trace[since:]:
+            if event.path.startswith(prefix) and event.path != block:
+                sub = event.path[len(prefix) :]
+                count, flops, first_in, first_out = out.get(
+                    sub, (0, 0, event.inputs, event.outputs)
+                )
+                out[sub] = (count + event.count, flops + event.flops, first_in, first_out)
+        return out
+
+    def skipped(self, block: str, flops: int, below: Below) -> None:
+        self.skipped_flops += flops
+        for sub, (count, sub_flops, first_in, first_out) in below.items():
+            path = f"{block}.{sub}" if block else sub
+            event = Call(path, first_in, first_out, count, sub_flops)
+            self.trace.append(event)  # (an enclosing block's run counts it too)
+            if path not in self.calls:
+                self.calls[path] = Call(path, first_in, first_out, 0, 0)
+            self.calls[path].count += count
+            self.calls[path].flops += sub_flops
+
+
 def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
     """A meta stand-in for a real tensor or a placeholder (any kind)."""
     if is_placeholder(tensor):
@@ -237,19 +279,15 @@ def rehearse(
     modules = dict(model.named_modules())
     lazy_before = {p: type(m) for p, m in modules.items() if is_lazy_module(m)}
     calls: dict[str, Call] = {}
-    stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int]] = []
+    stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
     sizes: dict[nn.Module, dict[str, int]] = {}
     inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
     counter = FlopCounterMode(display=False) if count_flops else None
-    memo: Memo | None = None
 
-    def meter() -> int:
-        """The FLOPs counted so far (skipped blocks' included); 0 when not counting."""
-        if counter is None:
-            return 0
-        return int(counter.get_total_flops()) + (memo.skipped if memo is not None else 0)
+    record = _Record(calls, counter)
+    meter = record.meter
 
     rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
 
@@ -270,26 +308,28 @@ def rehearse(
                     "the build; the model is unchanged",
                 )
             )
-        stack.append((path, module, a, k, sys.exc_info()[1], meter()))
+        event = Call(path, shapes((a, k)))
+        record.trace.append(event)
+        stack.append((path, module, a, k, sys.exc_info()[1], meter(), event))
         if path not in calls:
-            calls[path] = Call(path, shapes((a, k)))
+            calls[path] = Call(path, event.inputs, count=0)
             if path in lazy_before and not isinstance(module, LazyLayer):
                 inputs[module] = (a, k)
-        else:
-            calls[path].count += 1
+        calls[path].count += 1
 
     def post(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
         if threading.get_ident() != owner:
             return  # another thread's refused call (see pre)
-        path, _, entry_a, entry_k, before, start = stack.pop()
+        path, _, entry_a, entry_k, before, start, event = stack.pop()
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:  # this module's forward raised
             failures.append((raised, (path, module, entry_a, entry_k)))
             return
         call = calls[path]
-        call.flops += meter() - start
+        event.flops, event.outputs = meter() - start, shapes(out)
+        call.flops += event.flops
         if not call.outputs:
-            call.outputs = shapes(out)
+            call.outputs = event.outputs
         lazy_cls = lazy_before.get(path)
         if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in sizes:
             sizes[module] = rehearsing.sizes[id(module)]
@@ -304,7 +344,7 @@ def rehearse(
                 if training is not None:
                     for module in modules.values():
                         module.training = training  # (the snapshot puts the modes back)
-                memo = Memo(model, paths, meter) if memoize else None
+                memo = Memo(model, paths, record) if memoize else None
                 for module in modules.values():
                     for store, name, tensor in own_slots(module):
                         store[name] = _meta_twin(tensor)
@@ -343,8 +383,9 @@ def _propagate(
     sizes: dict[nn.Module, dict[str, int]],
     inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]],
 ) -> dict[str, str]:
-    """Give the modules inside skipped blocks what their twins learnt; returns, for each
-    such module's path, the path of the module that really ran in its place."""
+    """Give the lazy modules inside skipped blocks the sizes and inputs their twins learnt
+    (their calls were counted as each block was skipped: ``_Record.skipped``); returns, for each
+    module's path in a skipped block, the path of the module that really ran in its place."""
     stand_in: dict[str, str] = {}
     for path, twin in memo.aliases:  # call order: aliases inside a twin come first
         for sub, _ in modules[path].named_modules():
@@ -352,10 +393,8 @@ def _propagate(
                 continue
             mine, theirs = f"{path}.{sub}" if path else sub, f"{twin}.{sub}" if twin else sub
             source = stand_in.get(theirs, theirs)
-            stand_in[mine] = source
-            if theirs in calls and mine not in calls:
-                call = calls[theirs]
-                calls[mine] = Call(mine, call.inputs, call.outputs, call.count, call.flops)
+            if mine != theirs:  # (a block skipped against its own earlier call stands alone)
+                stand_in[mine] = source
             if modules[theirs] in sizes:
                 sizes[modules[mine]] = sizes[modules[theirs]]
             if modules[theirs] in inputs:
