@@ -41,3 +41,43 @@ def test_build_equals_eager_construction(row: Row, twin: Twin, device: str) -> N
     assert list(mine) == list(theirs)
     for key in mine:
         assert torch.equal(mine[key], theirs[key]), key
+
+
+class _TiedPair(torch.nn.Module):
+    """Two lazy layers sharing one weight placeholder (tied before the build)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = lazynn.LazyLinear(8)
+        self.proj2 = lazynn.LazyLinear(8)
+        self.proj2.weight = self.proj.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj2(self.proj(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("path", ["build", "meta-materialize", "first-call"])
+def test_lazy_layers_tied_before_the_build_stay_tied(path: str) -> None:
+    """A weight tied between lazy layers is one tensor after every way of building, with the
+    eager twin's numbers: build(device="meta") replaces the placeholder once, not per layer."""
+    torch.manual_seed(0)
+    model = _TiedPair()
+    if path == "build":
+        lazynn.build(model, (2, 8))
+    elif path == "meta-materialize":
+        lazynn.build(model, (2, 8), device="meta")
+        assert model.proj.weight is model.proj2.weight
+        assert model.proj.weight.is_meta
+        lazynn.materialize(model, "cpu")
+    else:
+        model(torch.zeros(2, 8))
+    assert model.proj.weight is model.proj2.weight
+    assert sum(p.numel() for p in model.parameters()) == 64 + 8 + 8
+    if path != "first-call":  # (a first call draws in call order; build in construction order)
+        torch.manual_seed(0)
+        first, second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        second.weight = first.weight
+        for ours, theirs in zip(
+            model.parameters(), [first.weight, first.bias, second.bias], strict=True
+        ):
+            assert torch.equal(ours, theirs)

@@ -35,6 +35,7 @@ __all__ = [
     "forward_error",
     "read_sizes",
     "run_on_meta",
+    "substitute_error",
 ]
 
 _LOWER_PRECISION = (torch.float16, torch.bfloat16)
@@ -225,6 +226,24 @@ def run_on_meta(
             return shadow  # meta cannot run this forward (e.g. .item()): no verdict
         raise forward_error(layer, shadow, args, error) from error
     return shadow
+
+
+def substitute_error(
+    where: str, slot: str, shape: torch.Size, current: torch.Tensor
+) -> InferenceError:
+    """The refusal of a build whose tensor for ``slot`` (of ``shape``, from the inputs) finds
+    ``current`` in the placeholder's place, which does not fit."""
+    return InferenceError(
+        message(
+            where,
+            f"'{slot}' of shape {shape_str(shape)} (from the inputs)",
+            describe_substitute(current),
+            "tie layers whose inputs give the weight one shape (or tie them after "
+            "the build: lazynn.on_build); for torch.func, build the model with a "
+            "plain call first (model(example)), then take its parameters; the layer "
+            "is still unbuilt",
+        )
+    )
 
 
 def describe_substitute(tensor: torch.Tensor) -> str:

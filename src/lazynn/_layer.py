@@ -50,16 +50,15 @@ from ._errors import (
     LazynnError,
     message,
     module_path,
-    shape_str,
 )
 from ._infer import CLASS_KEY, UNKNOWN, Infer
 from ._inputs import (
     check_input,
     construct_checked,
-    describe_substitute,
     forward_error,
     read_sizes,
     run_on_meta,
+    substitute_error,
 )
 from ._mixin import LazyModuleMixin, attach, finish, in_build, is_unbuilt, rehearsing
 from ._placeholder import UninitializedBuffer, UninitializedParameter, fill, placeholder_for
@@ -68,6 +67,9 @@ from ._state import LazyState, context, lazy_state, record_construction
 from ._tensors import is_placeholder, own_slots, raw
 
 __all__ = ["LazyLayer"]
+
+#: a placeholder's attribute: the tensor a build put in its place on another device type
+_REPLACED = "_lazynn_replaced_by"
 
 
 class LazyLayer(LazyModuleMixin):
@@ -359,22 +361,18 @@ class LazyLayer(LazyModuleMixin):
             if not is_placeholder(tensor):
                 continue
             value = eager_value(prefix, name, raw(tensor).device)
+            # tied to a layer built before, where a build onto another device type put a new
+            # tensor in the placeholder's place: this slot takes that tensor (the tie holds)
+            replaced = tensor.__dict__.get(_REPLACED)
+            if replaced is not None and tuple(replaced.shape) == tuple(value.shape):
+                moves.append((own_modules[prefix], name, tensor, replaced))
+                continue
             current = getattr(own_modules[prefix], name)
             if current is not tensor and (
                 is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
             ):
-                raise InferenceError(
-                    message(
-                        module_path(self),  # type: ignore[arg-type]
-                        f"'{key_text((prefix, name))}' of shape {shape_str(value.shape)} "
-                        "(from the inputs)",
-                        describe_substitute(current),
-                        "tie layers whose inputs give the weight one shape (or tie them after "
-                        "the build: lazynn.on_build); for torch.func, build the model with a "
-                        "plain call first (model(example)), then take its parameters; the layer "
-                        "is still unbuilt",
-                    )
-                )
+                path = module_path(self)  # type: ignore[arg-type]
+                raise substitute_error(path, key_text((prefix, name)), value.shape, current)
             held = raw(tensor)
             target_device = held.device if device is None else value.device
             target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
@@ -398,14 +396,15 @@ class LazyLayer(LazyModuleMixin):
             else:
                 self._buffers[name] = value
         for module, name, tensor, value in moves:
-            if raw(tensor).device.type == value.device.type:
+            store = module._parameters if name in module._parameters else module._buffers
+            if value is tensor.__dict__.get(_REPLACED):
+                store[name] = value
+            elif raw(tensor).device.type == value.device.type:
                 fill(tensor, value)  # in place: an optimizer holding it trains it
             else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
-                store = module._parameters if name in module._parameters else module._buffers
                 kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
-                store[name] = (
-                    nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
-                )
+                new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
+                store[name] = tensor.__dict__[_REPLACED] = new  # (a snapshot takes it back)
         for prefix, module in eager_modules.items():
             for key, value in module.__dict__.items():
                 if key not in MODULE_KEYS:
