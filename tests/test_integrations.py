@@ -310,3 +310,46 @@ def test_torchinfo_counts_equal_lazynn_summary(built_first: bool) -> None:
     if built_first:
         expected = ["Conv2d", "BatchNorm2d", "Linear"]
     assert [n for n in names if n.startswith(("Lazy", "Conv", "Batch", "Linear"))] == expected
+
+
+class _Tied(nn.Module):
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.proj = lazynn.LazyLinear(8) if lazy else nn.Linear(8, 8)
+        self.proj2 = lazynn.LazyLinear(8) if lazy else nn.Linear(8, 8)
+        self.proj2.weight = self.proj.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj2(self.proj(x))  # type: ignore[no-any-return]
+
+
+def test_safetensors_tied_lazy_weights_load_with_strict_false(tmp_path: Path) -> None:
+    """safetensors saves one name of a tied weight, and finds ties by storage pointers, which
+    an unbuilt model does not have: with strict=False the unbuilt model builds, tie and all,
+    and reports the other name missing, as load_state_dict of that file does (documented)."""
+    st = need("safetensors.torch")
+    source = _Tied(lazy=False)
+    st.save_model(source, str(tmp_path / "tied.safetensors"))
+    target = _Tied(lazy=True)
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: \"proj2.weight\""):
+        st.load_model(target, str(tmp_path / "tied.safetensors"))
+    assert not lazynn.is_lazy(target)  # (safetensors loads first, then checks the names)
+    target = _Tied(lazy=True)
+    missing, _ = st.load_model(target, str(tmp_path / "tied.safetensors"), strict=False)
+    assert set(missing) == {"proj2.weight"}
+    assert target.proj.weight is target.proj2.weight
+    assert_same_state(target, source)
+
+
+def test_accelerate_init_empty_weights_takes_a_tie_between_placeholders() -> None:
+    """accelerate rebuilds a parameter assigned under init_empty_weights as
+    ``type(p)(p.to(meta), **p.__dict__)``: a placeholder takes that form (as for eager
+    parameters, the rebuilt one is a new object: re-tie after, as transformers does)."""
+    accelerate = need("accelerate")
+    with accelerate.init_empty_weights():
+        model = _Tied(lazy=True)
+    assert isinstance(model.proj2.weight, lazynn.UninitializedParameter)
+    assert model.proj2.weight.device.type == "meta"
+    assert model.proj2.weight._lazynn_owner == model.proj.weight._lazynn_owner
+    lazynn.build(model, (2, 8))
+    assert {p.device.type for p in model.parameters()} == {"meta"}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -28,10 +29,12 @@ __all__ = [
     "UnbuiltError",
     "first_line",
     "frame_locals",
+    "func_name",
     "message",
     "meta_limitation",
     "module_path",
     "shape_str",
+    "torch_phrase",
 ]
 
 # --- shared message texts ------------------------------------------------------------------
@@ -182,3 +185,33 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's message (torch's messages run on with context)."""
     text = str(error).strip()
     return text.splitlines()[0] if text else ""
+
+
+# --- torch's own words, kept inside lazynn's ----------------------------------------------
+
+
+def func_name(func: Callable[..., Any]) -> str:
+    """A torch function's name as a user writes it (``Tensor.shape``, ``torch.add``,
+    ``torch.nn.functional.linear``), for messages."""
+    owner = getattr(func, "__self__", None)
+    if getattr(func, "__name__", "") in ("__get__", "__set__") and owner is not None:
+        return f"Tensor.{owner.__name__}"  # a property such as Tensor.shape
+    qual = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func)))
+    module = str(getattr(func, "__module__", None) or "")
+    if isinstance(owner, types.ModuleType) and owner.__name__ == "torch._C._nn":
+        return f"torch.nn.functional.{qual}"
+    if qual.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + qual.split(".", 1)[1]
+    if qual.startswith("_VariableFunctionsClass."):
+        return "torch." + qual.split(".", 1)[1]
+    return f"{module}.{qual}" if module and not module.startswith("torch._C") else f"torch.{qual}"
+
+
+def torch_phrase(what: str) -> str:
+    """torch's own words for using an uninitialized placeholder in ``what`` (kept inside
+    lazynn's messages: code and tests that match torch's phrases keep working)."""
+    if what in ("Tensor.shape", "Tensor.ndim", "Tensor.size()"):
+        return "Can't access the shape of an uninitialized parameter or buffer"
+    if what.startswith("Tensor.share_memory_"):
+        return "Can't share memory on an uninitialized parameter or buffer"
+    return f"Attempted to use an uninitialized parameter in {what}"

@@ -361,8 +361,7 @@ class LazyLayer(LazyModuleMixin):
             if not is_placeholder(tensor):
                 continue
             value = eager_value(prefix, name, raw(tensor).device)
-            # tied to a layer built before, where a build onto another device type put a new
-            # tensor in the placeholder's place: this slot takes that tensor (the tie holds)
+            # tied to a layer whose build put a new tensor in its place: take it (the tie holds)
             replaced = tensor.__dict__.get(_REPLACED)
             if replaced is not None and tuple(replaced.shape) == tuple(value.shape):
                 moves.append((own_modules[prefix], name, tensor, replaced))
@@ -379,9 +378,8 @@ class LazyLayer(LazyModuleMixin):
             if value.device != target_device or value.dtype != target_dtype:
                 value = value.to(device=target_device, dtype=target_dtype)
             moves.append((own_modules[prefix], name, tensor, value))
-        # num_batches_tracked: eager's value, in place as torch's lazy norms reset it (a
-        # first call under functional_call counts into the tensor it passed; the snapshot
-        # puts the value back on a rollback), or a new tensor where the build moves it.
+        # num_batches_tracked: eager's value in place, as torch's lazy norms reset it (the
+        # snapshot puts it back on a rollback); a new tensor where the build moves it
         known: list[tuple[str, torch.Tensor, torch.Tensor]] = []
         for name in self.known_buffers:
             current, built = self._buffers.get(name), eager._buffers.get(name)
@@ -435,11 +433,18 @@ class LazyLayer(LazyModuleMixin):
         self, state_dict: dict[str, Any], prefix: str, assign: bool = False
     ) -> None:
         found: dict[tuple[str, str], torch.Size] = {}
+        tied: dict[tuple[str, str], torch.Size] = {}
+        installed = slots(self)
         for (path, name), _ in self._lazynn_slots():
             key = prefix + (f"{path}.{name}" if path else name)
             value = state_dict.get(key)
+            tensor = installed.get((path, name))
             if isinstance(value, torch.Tensor) and not is_placeholder(value):
                 found[(path, name)] = value.shape
+            elif tensor is not None and not is_placeholder(tensor):  # tied to a built layer
+                tied[(path, name)] = tensor.shape  # (safetensors saves one name of a tie)
+        if found:
+            found |= tied
         if not found:
             return  # nothing built in the checkpoint: stay unbuilt
         where = module_path(self, prefix[:-1])  # type: ignore[arg-type]

@@ -25,7 +25,6 @@ ecosystem recognizes them: ``torch.nn.parameter.is_lazy(p)`` is True, and DDP, T
 from __future__ import annotations
 
 import sys
-import types
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -41,7 +40,7 @@ from ._callers import (
     untraced,
     wrapper_error,
 )
-from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, message
+from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, func_name, message, torch_phrase
 from ._tensors import is_placeholder
 from ._tensors import raw as _raw
 
@@ -115,31 +114,6 @@ _CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
         torch.empty_like,
     }
 )
-
-
-def _func_name(func: Callable[..., Any]) -> str:
-    owner = getattr(func, "__self__", None)
-    if getattr(func, "__name__", "") in ("__get__", "__set__") and owner is not None:
-        return f"Tensor.{owner.__name__}"  # a property such as Tensor.shape
-    qual = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func)))
-    module = str(getattr(func, "__module__", None) or "")
-    if isinstance(owner, types.ModuleType) and owner.__name__ == "torch._C._nn":
-        return f"torch.nn.functional.{qual}"
-    if qual.startswith(("TensorBase.", "Tensor.")):
-        return "Tensor." + qual.split(".", 1)[1]
-    if qual.startswith("_VariableFunctionsClass."):
-        return "torch." + qual.split(".", 1)[1]
-    return f"{module}.{qual}" if module and not module.startswith("torch._C") else f"torch.{qual}"
-
-
-def torch_phrase(what: str) -> str:
-    """torch's own words for using an uninitialized placeholder in ``what`` (kept inside
-    lazynn's messages: code and tests that match torch's phrases keep working)."""
-    if what in ("Tensor.shape", "Tensor.ndim", "Tensor.size()"):
-        return "Can't access the shape of an uninitialized parameter or buffer"
-    if what.startswith("Tensor.share_memory_"):
-        return "Can't share memory on an uninitialized parameter or buffer"
-    return f"Attempted to use an uninitialized parameter in {what}"
 
 
 def _distributed() -> bool:
@@ -319,8 +293,8 @@ class _Placeholder:
         nested = [v for a in values if isinstance(a, (list, tuple)) for v in a]
         culprit = next((a for a in (*values, *nested) if isinstance(a, _Placeholder)), None)
         if culprit is None:
-            raise UnbuiltError(f"an unbuilt placeholder was passed to {_func_name(func)}")
-        raise culprit._refuse(_func_name(func))
+            raise UnbuiltError(f"an unbuilt placeholder was passed to {func_name(func)}")
+        raise culprit._refuse(func_name(func))
 
 
 def _materialize(
@@ -359,19 +333,36 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: 
 
     cls_to_become = nn.Parameter
 
-    def __new__(
-        cls,
-        requires_grad: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> UninitializedParameter:
-        data = torch.empty(0, device=device, dtype=dtype)
-        return torch.Tensor._make_subclass(cls, data, requires_grad)  # type: ignore[return-value]
+    def __new__(cls, *args: Any, **kwargs: Any) -> UninitializedParameter:
+        # (requires_grad=True, device=None, dtype=None), as torch's; and cls(data,
+        # **param.__dict__), how tools rebuild a parameter of a subclass (accelerate's
+        # init_empty_weights registers a placeholder assigned to a module so): a placeholder
+        # like ``data``, with the attributes given
+        if args and isinstance(args[0], torch.Tensor):
+            (like,) = args
+            raw = _raw(like) if is_placeholder(like) else like
+            grad = bool(kwargs.pop("requires_grad", like.requires_grad))
+            new = torch.Tensor._make_subclass(
+                cls, torch.empty(0, device=raw.device, dtype=raw.dtype), grad
+            )
+            new.__dict__.update(kwargs)
+            return new  # type: ignore[return-value]
+        return _new_parameter(cls, *args, **kwargs)
 
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         raw = _raw(self)
         marker = self.__dict__.get("_lazynn_checkpoint")
         return (_rebuild, (type(self), self.requires_grad, raw.device, raw.dtype, True, marker))
+
+
+def _new_parameter(
+    cls: type[UninitializedParameter],
+    requires_grad: bool = True,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> UninitializedParameter:
+    data = torch.empty(0, device=device, dtype=dtype)
+    return torch.Tensor._make_subclass(cls, data, requires_grad)  # type: ignore[return-value]
 
 
 class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore[misc,override]
