@@ -56,6 +56,7 @@ LAYERS = [
     "_memory",
     "_report",
     "_summary",
+    "_targets",
     "_cli",
     "__main__",
 ]

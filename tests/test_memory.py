@@ -317,3 +317,26 @@ def test_an_optimizer_that_cannot_step_on_meta_is_refused_with_another() -> None
     assert "'adamw'" in str(info.value)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_torchs_own_lazy_layers_and_lazy_ties() -> None:
+    """torch's own lazy layers (whose placeholders cannot be deep-copied) are estimated, and a
+    weight tied between lazy layers before the build counts once."""
+    torchs = nn.Sequential(nn.LazyLinear(4), nn.LazyBatchNorm1d())
+    estimate = training_memory(torchs, ((3, 8),))
+    built = nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4))
+    assert estimate.params == sum(t.nbytes for t in built.state_dict().values())
+    assert estimate.gradients == sum(p.nbytes for p in built.parameters())
+    assert isinstance(torchs[0].weight, nn.UninitializedParameter)  # untouched
+
+    class TiedPair(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj, self.proj2 = lazynn.LazyLinear(8), lazynn.LazyLinear(8)
+            self.proj2.weight = self.proj.weight
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.proj2(self.proj(x))  # type: ignore[no-any-return]
+
+    tied = training_memory(TiedPair(), ((2, 8),))
+    assert tied.params == tied.gradients == 4 * (64 + 8 + 8)

@@ -11,41 +11,25 @@ no traceback.
 from __future__ import annotations
 
 import argparse
-import ast
-import difflib
-import importlib
-import inspect
-import os
 import re
-import runpy
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from types import ModuleType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
-from torch import nn
 
 from ._errors import LazynnError
 from ._rehearse import Spec
 from ._summary import summary
+from ._targets import CommandError, construct, load_factory, parse_target
 
 __all__ = ["console", "main"]
 
 _USAGE_EXAMPLE = "lazynn summary examples/models.py:resnet50 --input 1x3x224x224"
 #: the name the factories of a file run by the command line see as ``__name__``
-_RUN_NAME = "__lazynn_summary__"
-#: how many of a file's callables a "no callable" error lists
-_LIST_AT_MOST = 20
 _FORMATS = ("table", "markdown", "json")
-_LITERALS = "numbers, strings, True, False, None, and tuples, lists or dicts of them"
-
-
-class CommandError(Exception):
-    """A user error on the command line: printed as one line."""
 
 
 def _version() -> str:
@@ -167,197 +151,6 @@ def _count(least: int) -> Callable[[str], int]:
     return parse
 
 
-# --- the target ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Target:
-    """A parsed TARGET: where the factory lives, its name, and the arguments to call it with."""
-
-    text: str
-    source: str  # a file path or a module name
-    name: str  # NAME, or NAME.attr...
-    args: tuple[Any, ...] = ()
-    kwargs: tuple[tuple[str, Any], ...] = ()
-    called: bool = False  # written with parentheses
-
-
-def _dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` for a chain of names, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
-
-
-def _literal(node: ast.expr, text: str, what: str) -> Any:
-    """The value of a literal argument ``node``; anything else is a one-line error."""
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        raise CommandError(
-            f"{text!r}: the factory's arguments must be Python literals ({_LITERALS}), "
-            f"received {ast.unparse(node)!r} for {what}"
-        ) from None
-
-
-def _parse_call(source: str, call: str, text: str) -> _Target | None:
-    """``NAME`` or ``NAME(literal, key=literal)`` after the colon, or None if it is not."""
-    try:
-        tree = ast.parse(call.strip(), mode="eval").body
-    except SyntaxError:
-        return None
-    name = _dotted(tree)
-    if name is not None:
-        return _Target(text, source, name)
-    if not isinstance(tree, ast.Call) or (name := _dotted(tree.func)) is None:
-        return None
-    args = []
-    for index, node in enumerate(tree.args):
-        if isinstance(node, ast.Starred):
-            raise CommandError(f"{text!r}: *arguments are not supported; write each one")
-        args.append(_literal(node, text, f"argument {index + 1}"))
-    kwargs = []
-    for keyword in tree.keywords:
-        if keyword.arg is None:
-            raise CommandError(f"{text!r}: **arguments are not supported; write each one")
-        kwargs.append((keyword.arg, _literal(keyword.value, text, keyword.arg)))
-    return _Target(text, source, name, tuple(args), tuple(kwargs), called=True)
-
-
-def _parse_target(text: str) -> _Target:
-    """Split TARGET at the first colon after which a factory name (or call) follows, so that
-    colons in a Windows path (``C:\\...``) or in string arguments are left alone."""
-    for match in re.finditer(":", text):
-        source, call = text[: match.start()], text[match.end() :]
-        if source and call.strip():
-            target = _parse_call(source, call, text)
-            if target is not None:
-                return target
-    raise CommandError(
-        f"expected TARGET as FILE.py:NAME or MODULE:NAME, optionally with literal arguments "
-        f"NAME(...), received {text!r}"
-    )
-
-
-def _run_file(source: str) -> tuple[dict[str, Any], str]:
-    """Run a Python file: its namespace, and the ``__module__`` of what it defines."""
-    path = Path(source)
-    if not path.is_file():
-        raise CommandError(f"no such file: {source}")
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)  # so the file can import its neighbours, as `python FILE` can
-    try:
-        namespace = runpy.run_path(str(path), run_name=_RUN_NAME)
-    except Exception as error:
-        raise CommandError(f"{source} failed to run: {type(error).__name__}: {error}") from None
-    finally:
-        sys.path.remove(folder)
-    return namespace, _RUN_NAME
-
-
-def _import_module(source: str) -> tuple[dict[str, Any], str]:
-    """Import a module: its namespace, and its name (the ``__module__`` of what it defines)."""
-    added = os.getcwd() not in sys.path and "" not in sys.path
-    if added:  # as `python -m lazynn` sees the current folder, so does the `lazynn` script
-        sys.path.insert(0, os.getcwd())
-    try:
-        module: ModuleType = importlib.import_module(source)
-    except ModuleNotFoundError as error:
-        if error.name == source or source.startswith(f"{error.name}."):
-            raise CommandError(
-                f"no such file or module: {source} (as a module: no module named "
-                f"{error.name!r}; a file path must exist or end in .py)"
-            ) from None
-        raise CommandError(f"{source} failed to import: ModuleNotFoundError: {error}") from None
-    except Exception as error:
-        raise CommandError(f"{source} failed to import: {type(error).__name__}: {error}") from None
-    finally:
-        if added:
-            sys.path.remove(os.getcwd())
-    return vars(module), module.__name__
-
-
-def _defined(namespace: dict[str, Any], module_name: str) -> list[str]:
-    """The public functions, then classes, defined in the file or module (not those it
-    imports), in the order of their definition."""
-    own = {
-        key: value
-        for key, value in namespace.items()
-        if not key.startswith("_") and getattr(value, "__module__", None) == module_name
-    }
-    return [k for k, v in own.items() if inspect.isfunction(v)] + [
-        k for k, v in own.items() if inspect.isclass(v)
-    ]
-
-
-def _load_factory(target: _Target) -> Callable[..., Any]:
-    """The callable TARGET names, from its file or module."""
-    source = target.source  # a file if it exists or is written as a path (a missing file)
-    if Path(source).is_file() or source.endswith(".py") or "/" in source or os.sep in source:
-        namespace, module_name = _run_file(target.source)
-    else:
-        namespace, module_name = _import_module(target.source)
-    head, *rest = target.name.split(".")
-    factory = namespace.get(head)
-    for attribute in rest:
-        factory = getattr(factory, attribute, None)
-    if callable(factory):
-        return factory  # type: ignore[no-any-return]
-    defined = _defined(namespace, module_name)
-    close = difflib.get_close_matches(head, defined, n=1)
-    hint = f"did you mean {close[0]!r}? " if close and not rest else ""
-    listed = ", ".join(defined[:_LIST_AT_MOST])
-    if len(defined) > _LIST_AT_MOST:
-        listed += f", ... ({len(defined) - _LIST_AT_MOST} more)"
-    raise CommandError(
-        f"{target.source} has no callable {target.name!r}; {hint}it defines: "
-        + (listed or "no public function or class")
-    )
-
-
-def _construct(target: _Target, factory: Callable[..., Any]) -> nn.Module:
-    """Call the factory with TARGET's arguments on the meta device: the model."""
-    kwargs = dict(target.kwargs)
-    with torch.device("meta"):
-        try:
-            model = factory(*target.args, **kwargs)
-        except Exception as error:
-            text = f"{target.text}{'' if target.called else '()'} failed: "
-            text += f"{type(error).__name__}: {error}"
-            if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
-                text += (
-                    f". Fix: pass its arguments in the target, in Python call syntax: "
-                    f"'{target.source}:{target.name}(...)'; its signature: "
-                    f"{target.name}{_signature(factory)}"
-                )
-            raise CommandError(text) from None
-    if not isinstance(model, nn.Module):
-        raise CommandError(f"{target.text} returned {type(model).__name__}, expected an nn.Module")
-    return model
-
-
-def _signature(factory: Callable[..., Any]) -> str:
-    """``(a, b=1)``: the factory's signature as the error shows it."""
-    try:
-        return str(inspect.signature(factory))
-    except (TypeError, ValueError):
-        return "(...)"
-
-
-def _binds(factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether the arguments fit the factory's signature (a TypeError is then its own)."""
-    try:
-        inspect.signature(factory).bind(*args, **kwargs)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to check against
-        return True
-    return True
-
-
 # --- fixes in the command line's terms ----------------------------------------------------
 
 _DTYPE_MISMATCH = re.compile(
@@ -408,6 +201,9 @@ def _cli_fix(text: str, inputs: Sequence[str]) -> str:
     if head.startswith("training_memory(optimizer=...)"):
         head = "--optimizer" + head.removeprefix("training_memory(optimizer=...)")
         return f"{head} Fix: pass one of these names to --optimizer (any case)"
+    if head.startswith("training_memory(optimizer="):  # one that cannot step on meta
+        head = re.sub(r"^training_memory\(optimizer='(\w+)'\)", r"--optimizer \1", head)
+        return f"{head} Fix: " + fix.replace("optimizer=", "--optimizer ").replace("'", "")
     for python, cli in _FIXES.items():
         if fix.startswith(python):
             return f"{head} Fix: {cli}"
@@ -444,14 +240,14 @@ def _specs(inputs: Sequence[str]) -> list[Spec]:
 def _summary(args: argparse.Namespace) -> str:
     """The ``summary`` command: what it prints."""
     specs = _specs(args.input)
-    target = _parse_target(args.target)
+    target = parse_target(args.target)
     model_dtype = _dtype(args.dtype)
-    factory = _load_factory(target)
+    factory = load_factory(target)
     previous = torch.get_default_dtype()
     try:
         if model_dtype is not None:
             torch.set_default_dtype(model_dtype)
-        model = _construct(target, factory)
+        model = construct(target, factory)
         try:
             result = summary(
                 model,

@@ -74,7 +74,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from ._build import build
 from ._errors import InferenceError, LazynnError, first_line, message
-from ._placeholder import is_lazy
+from ._placeholder import UninitializedBuffer, UninitializedParameter, is_lazy
 from ._rehearse import Spec, as_meta
 from ._snapshot import RandomState
 from ._tensors import is_placeholder, map_tensors, own_slots
@@ -249,8 +249,9 @@ def _optimizer_states(
                 "an optimizer that can be constructed with "
                 f"{kwargs or 'its defaults'} and take one step on meta tensors",
                 f"{cls.__name__}, which failed",
-                f"estimate with another optimizer ({', '.join(repr(n) for n in others)}) or "
-                "other optimizer_kwargs",
+                f"estimate with another optimizer: optimizer={others[0]!r} (or "
+                f"{', '.join(repr(n) for n in others[1:])})"
+                + (", or other optimizer_kwargs" if kwargs else ""),
                 detail=f"{type(error).__name__}: {first_line(error)}",
             )
         ) from error
@@ -288,8 +289,16 @@ def _meta_copy(model: nn.Module) -> nn.Module:
         tensors = [t for _, _, t in own_slots(module)]
         tensors += [v for v in module.__dict__.values() if isinstance(v, torch.Tensor)]
         for tensor in tensors:
-            if id(tensor) not in memo and not is_placeholder(tensor):
+            if id(tensor) in memo:
+                continue
+            if not is_placeholder(tensor):
                 memo[id(tensor)] = _meta_twin(tensor)
+            elif not isinstance(tensor, (UninitializedParameter, UninitializedBuffer)):
+                # torch's own placeholders, which cannot be deep-copied
+                kind: Any = type(tensor)  # (UninitializedParameter / UninitializedBuffer)
+                memo[id(tensor)] = kind(
+                    requires_grad=tensor.requires_grad, device="meta", dtype=tensor.dtype
+                )
     return copy.deepcopy(model, memo)
 
 
