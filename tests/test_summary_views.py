@@ -313,3 +313,36 @@ def test_memoized_blocks_count_each_call_as_running_them_would(factory: Any) -> 
     )
     ours = {p: (c.count, c.flops, c.inputs, c.outputs) for p, c in fast.calls.items()}
     assert ours == {p: (c.count, c.flops, c.inputs, c.outputs) for p, c in slow.calls.items()}
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_rows_at_a_depth_limit_hold_their_submodules_flops_and_params(depth: int) -> None:
+    """A container never called itself (a ModuleList) counts its submodules' FLOPs, so the
+    rows of a depth-1 view add up to the totals, as the note says."""
+    factory, example = SMALL["gpt"]
+    report = lazynn.summary(factory(), example())
+    text = report.render(depth=depth, columns=("params", "flops"), width=None)
+    (blocks,) = [line for line in text.splitlines() if "blocks (ModuleList)" in line]
+    inside = [r for r in report.rows if r.path.startswith("blocks.")]
+    assert blocks.split()[-1] != "--"
+    if depth == 1:
+        assert int(blocks.split()[-2].replace(",", "")) == sum(r.num_parameters for r in inside)
+    top = [r for r in report.rows if r.depth == 1 and not r.path.startswith("blocks")]
+    flops = sum(r.flops for r in top) + sum(r.flops for r in inside if r.depth == 2)
+    assert flops == report.total_flops  # (the blocks' own rows, and the rest)
+
+
+def test_blocks_that_differ_in_buffers_or_trainability_do_not_collapse() -> None:
+    def stack() -> nn.Sequential:
+        return nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(3)))
+
+    same = stack()
+    assert "0-2 (Sequential) x3" in lazynn.summary(same, (2, 8)).render()
+    extra = stack()
+    extra[2].register_buffer("extra", torch.zeros(1000))
+    frozen = stack()
+    frozen[1].requires_grad_(False)
+    for model, run in ((extra, "0-1 (Sequential) x2"), (frozen, "0 (Sequential)")):
+        text = lazynn.summary(model, (2, 8)).render(columns=("params", "buffer_bytes"))
+        assert run in text
+        assert "0-2 (Sequential) x3" not in text

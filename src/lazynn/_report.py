@@ -221,6 +221,7 @@ class _Node:
 def _signature(node: _Node) -> Any:
     r = node.row
     own = (r.type, r.lazy_type, r.inputs, r.outputs, r.parameters, r.calls, r.flops, r.tied)
+    own += (r.num_parameters, r.trainable, r.param_bytes, r.buffer_bytes)
     return (own, tuple((c.row.path.rsplit(".", 1)[-1], _signature(c)) for c in node.children))
 
 
@@ -272,6 +273,14 @@ def _visible(root: _Node, depth: int) -> list[tuple[_Node, bool, int]]:
 
     visit(root, 1)
     return out
+
+
+def _flops(node: _Node) -> int:
+    """A row's FLOPs: its calls', or for a container never called itself (a ModuleList),
+    its submodules' (per block)."""
+    if node.row.calls or not node.children:
+        return node.row.flops
+    return sum(_flops(child) * child.count for child in node.children)
 
 
 def _subtree(node: _Node) -> tuple[int, int, int]:
@@ -357,7 +366,7 @@ def _cells(node: _Node, hidden: bool, columns: Sequence[str]) -> dict[str, str]:
         or "--",
         "param_bytes": _bytes(pbytes * n) if pbytes else "--",
         "buffer_bytes": _bytes(bbytes * n) if bbytes else "--",
-        "flops": _si(row.flops * n),
+        "flops": _si(_flops(node) * n),
         "calls": str(row.calls) if row.calls != 1 else "",
     }
     return {c: values[c] for c in columns}
