@@ -158,6 +158,8 @@ def test_symbolic_batch_reads_b_and_counts_per_sample(name: str) -> None:
 
 def test_spec_parse_of_a_symbolic_batch_and_bad_dimensions() -> None:
     assert lazynn.Spec.parse("Bx3x224x224").shape == ("B", 3, 224, 224)
+    assert lazynn.Spec.parse("1X3X224X224").shape == (1, 3, 224, 224)  # as before: X too
+    assert lazynn.Spec.parse("nx16").shape == ("n", 16)
     with pytest.raises(lazynn.InferenceError, match="dimensions that are sizes") as e:
         lazynn.Spec.parse("1x-3")
     assert "Fix: fix the shape" not in str(e.value)
@@ -346,3 +348,30 @@ def test_blocks_that_differ_in_buffers_or_trainability_do_not_collapse() -> None
         text = lazynn.summary(model, (2, 8)).render(columns=("params", "buffer_bytes"))
         assert run in text
         assert "0-2 (Sequential) x3" not in text
+
+
+def test_symbolic_batch_refuses_what_it_cannot_describe() -> None:
+    class Flattens(nn.Module):  # a size read from the flattened batch
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.reshape(-1))  # type: ignore[no-any-return]
+
+    with pytest.raises(
+        lazynn.InferenceError, match=r"'fc.weight'.*\[4, 16\] at B=2, \[4, 24\] at B=3"
+    ):
+        lazynn.summary(Flattens(), lazynn.Spec(("B", 8)))
+    with pytest.raises(lazynn.InferenceError, match=r"ran the symbolic batch 'B' as 2"):
+        lazynn.summary(nn.Bilinear(8, 8, 3), lazynn.Spec(("B", 8)), torch.zeros(3, 8))
+    with pytest.raises(lazynn.LazynnError, match="as the batch only"):
+        lazynn.summary(nn.Linear(8, 2), lazynn.Spec((2, "T")))
+
+
+def test_training_estimate_refusing_a_batch_of_one_says_it_runs_in_training_mode() -> None:
+    model = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d())
+    assert lazynn.summary(model, (1, 8), mode="eval").mode == "eval"
+    with pytest.raises(lazynn.InferenceError, match="runs them in training mode") as info:
+        lazynn.summary(model, (1, 8), mode="eval", training=True)
+    assert "mode='eval'" not in str(info.value).split("Fix:")[-1]

@@ -13,6 +13,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import threading
 from collections.abc import Sequence
@@ -66,15 +67,15 @@ class Spec:
     def parse(cls, text: str, dtype: str | None = None) -> Spec:
         """``"1x3x224x224"`` (and a dtype name such as ``"float16"``) as a Spec; a dimension
         may be a name, ``"Bx3x224x224"``: a symbolic batch, for ``lazynn.summary``."""
-        parts = text.replace(",", "x").split("x")
+        parts = re.split(r"[xX,]", text)
         try:
-            shape = tuple(p if p.isalpha() and p.isupper() else int(p) for p in parts)
+            shape = tuple(p if p.isalpha() else int(p) for p in parts)
         except ValueError:
             raise InferenceError(
                 message(
                     "--input",
-                    "a shape such as 1x3x224x224 (or Bx3x224x224: a symbolic batch, named by "
-                    "a capital letter)",
+                    "a shape such as 1x3x224x224 (or Bx3x224x224: a symbolic batch, named by a "
+                    "letter)",
                     repr(text),
                     "write the dimensions as integers separated by x",
                 )
@@ -87,7 +88,7 @@ class Spec:
                     "dimensions that are sizes (integers >= 0)",
                     f"{text!r}, with {', '.join(map(str, negative))}",
                     "write each dimension as a size, such as 1x3x224x224; for a symbolic "
-                    "batch, a capital letter: Bx3x224x224",
+                    "batch, a letter: Bx3x224x224",
                 )
             )
         resolved = None

@@ -221,8 +221,12 @@ class _Node:
 def _signature(node: _Node) -> Any:
     r = node.row
     own = (r.type, r.lazy_type, r.inputs, r.outputs, r.parameters, r.calls, r.flops, r.tied)
-    own += (r.num_parameters, r.trainable, r.param_bytes, r.buffer_bytes)
-    return (own, tuple((c.row.path.rsplit(".", 1)[-1], _signature(c)) for c in node.children))
+    sizes = (r.num_parameters, r.trainable, r.param_bytes, r.buffer_bytes)
+    return (
+        own,
+        sizes,
+        tuple((c.row.path.rsplit(".", 1)[-1], _signature(c)) for c in node.children),
+    )
 
 
 def _tree(rows: Sequence[SummaryRow], expand: bool) -> _Node:

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._errors import LazynnError, message
-from ._memory import training_memory
+from ._errors import InferenceError, LazynnError, first_line, message
+from ._memory import Memory, training_memory
 from ._mixin import is_lazy_module
 from ._rehearse import Call, Rehearsal, Spec, rehearse
 from ._report import Dim, Shape, Summary, SummaryRow
@@ -81,14 +81,24 @@ def summary(
         )
         report = _collect(model, rehearsal, mode, None, None)
         if training:
-            memory = training_memory(model, example_inputs, example_kwargs, optimizer)
+            memory = _estimate(model, example_inputs, example_kwargs, optimizer)
             report = dataclasses.replace(report, memory=memory)
         return report
     tries = [(_substituted(example_inputs, n), _substituted(example_kwargs, n)) for n in _TRIES]
-    runs = [rehearse(model, a, k, training=train, count_flops=True) for a, k in tries]
+    runs = []
+    for n, (a, k) in zip(_TRIES, tries, strict=True):
+        try:
+            runs.append(rehearse(model, a, k, training=train, count_flops=True))
+        except LazynnError as error:
+            note = (
+                f" (lazynn.summary ran the symbolic batch {batch!r} as {n}: give every input's "
+                f"batch as {batch}, or the batch as a number)"
+            )
+            raise type(error)(f"{error}{note}") from error
+    _check_batch_free(runs[0], runs[1], batch)
     report = _collect(model, runs[0], mode, batch, runs[1])
     if training:  # per sample: activations are linear in the batch, the rest does not change
-        two, three = (training_memory(model, a, k, optimizer) for a, k in tries)
+        two, three = (_estimate(model, a, k, optimizer) for a, k in tries)
         per_sample = max(2 * two.activations - three.activations, 0)
         memory = dataclasses.replace(two, activations=per_sample)
         report = dataclasses.replace(report, memory=memory)
@@ -183,7 +193,18 @@ def _specs(value: Any) -> list[Spec]:
 
 def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The examples' symbolic dimension name, if any (one name at most)."""
-    names = {d for s in _specs([args, kwargs]) for d in s.shape if isinstance(d, str)}
+    specs = _specs([args, kwargs])
+    inner = [s for s in specs if any(isinstance(d, str) for d in s.shape[1:])]
+    if inner:
+        raise LazynnError(
+            message(
+                "lazynn.summary",
+                "a symbolic dimension as the batch only: the first of a shape (Bx3x224x224)",
+                f"Spec{inner[0].shape}",
+                "give the other dimensions as numbers",
+            )
+        )
+    names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
     if len(names) > 1:
         raise LazynnError(
             message(
@@ -195,6 +216,47 @@ def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             )
         )
     return next(iter(names), None)
+
+
+def _estimate(
+    model: nn.Module,
+    args: Any,
+    kwargs: dict[str, Any],
+    optimizer: str | type[torch.optim.Optimizer],
+) -> Memory:
+    """The training-memory estimate; a training step's refusal of the examples says so."""
+    try:
+        return training_memory(model, args, kwargs, optimizer)
+    except InferenceError as error:
+        if "more than 1 value per channel when training" not in str(error):
+            raise
+        raise InferenceError(
+            message(
+                "lazynn.summary(training=True)",
+                "examples a training step takes (the estimate runs them in training mode, "
+                "whatever mode= says)",
+                "a batch of one, which BatchNorm refuses in training",
+                "give the estimate a batch of more than one (--input 2x..., with --training)",
+                detail=first_line(error.__cause__ or error).split(" Fix: ")[0],
+            )
+        ) from error
+
+
+def _check_batch_free(first: Rehearsal, second: Rehearsal, batch: str) -> None:
+    """Refuse a model whose tensors' shapes follow the batch (a layer inferring its size from
+    a flattened batch): a symbolic batch cannot describe it."""
+    for path, infos in first.tensors.items():
+        for a, b in zip(infos, second.tensors.get(path, []), strict=False):
+            if a.shape != b.shape:
+                n, m = _TRIES
+                raise InferenceError(
+                    message(
+                        f"'{path}.{a.name}'" if path else f"'{a.name}'",
+                        "parameter and buffer shapes that do not depend on the batch",
+                        f"{list(a.shape)} at {batch}={n}, {list(b.shape)} at {batch}={m}",
+                        "give the batch as a number (a layer reads its size from it)",
+                    )
+                )
 
 
 def _substituted(value: Any, n: int) -> Any:
