@@ -491,3 +491,28 @@ def test_failure_while_planning_changes_no_values() -> None:
         lazynn.build(model, (2, 3))
     assert all(torch.equal(a, b) for a, b in zip(before, model[1].parameters(), strict=True))
     assert lazynn.is_lazy(model[0])
+
+
+class _TiedToEager(nn.Module):
+    """A lazy head whose weight is an eager embedding's (the placeholder replaced by a tie)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.head = lazynn.LazyLinear(10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_a_lazy_layer_tied_to_an_eager_tensor_builds_and_summarizes(device: str | None) -> None:
+    """The tied tensor tells the layer's device: a meta rehearsal (build, summary) does not
+    compare the input with the replaced placeholder's."""
+    tokens = lazynn.Spec((2, 3), torch.long)
+    assert lazynn.summary(_TiedToEager(), tokens).total_parameters == 80
+    model = lazynn.build(_TiedToEager(), tokens, device=device)
+    assert type(model.head) is nn.Linear
+    assert model.head.weight is model.emb.weight
+    assert model.head.in_features == 8

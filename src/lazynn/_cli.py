@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         default=100,
         metavar="N",
         help="the table's widest line, in characters (long names and shapes are cut "
-        "with ...; default: 100; 0: no limit)",
+        "with ..., each column keeping 12; default: 100; 0: no limit)",
     )
     run = cmd.add_argument_group("the run")
     run.add_argument(

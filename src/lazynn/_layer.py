@@ -98,8 +98,7 @@ class LazyLayer(LazyModuleMixin):
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
         """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders."""
-        # (run by Python even when a compiled function constructs the layer: dynamo would
-        # trace the layout's copy, whose containers it models as plain dicts)
+        # (by Python under a compiled function too: dynamo models the layout's dicts as plain)
         untraced(LazyLayer._lazynn_lay_out)(self, **kwargs)
 
     def _lazynn_lay_out(self, **kwargs: Any) -> None:
@@ -225,12 +224,13 @@ class LazyLayer(LazyModuleMixin):
         return sizes
 
     def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """The call's inputs are on the layer's device and of its dtype."""
+        """The inputs are on the device and of the dtype of the placeholders still in place."""
+        installed = slots(self)
         check_input(
             self,  # type: ignore[arg-type]
             self._lazynn_specs(),
             forward_names(self.cls_to_become),  # type: ignore[arg-type]
-            (t for _, t in self._lazynn_slots() if is_placeholder(t)),
+            (t for k, t in self._lazynn_slots() if is_placeholder(t) and installed.get(k) is t),
             args,
             kwargs,
             mixed_precision=self.mixed_precision_input,
@@ -441,7 +441,7 @@ class LazyLayer(LazyModuleMixin):
             tensor = installed.get((path, name))
             if isinstance(value, torch.Tensor) and not is_placeholder(value):
                 found[(path, name)] = value.shape
-            elif tensor is not None and not is_placeholder(tensor):  # tied to a built layer
+            elif tensor is not None and not is_placeholder(tensor):  # tied to a built one
                 tied[(path, name)] = tensor.shape  # (safetensors saves one name of a tie)
         if found:
             found |= tied

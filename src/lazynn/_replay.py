@@ -168,8 +168,10 @@ def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
     named = [
         f"'{f'{path}.{name}' if path else name}'"
         for path, module in enclosing
-        for _, name, tensor in own_slots(module)
-        if not is_placeholder(tensor) and tensor.is_floating_point()
+        for store, name, tensor in own_slots(module)
+        if store is module._parameters  # (buffers are mostly deterministic: zeros, ones)
+        and not is_placeholder(tensor)
+        and tensor.is_floating_point()
     ]
     effect = (
         "the lazy layers are initialized from the current random state (as a first call "

@@ -168,7 +168,8 @@ class Summary:
             depth: the deepest module level shown (0: the model alone); default: the
                 deepest whose table fits in :data:`SCREEN_ROWS` rows.
             expand: list every block, instead of one row for identical consecutive blocks.
-            width: the table's widest line (shapes and names are cut with ``...``); None:
+            width: the table's widest line, as far as cutting names and shapes (with ``...``,
+                each column keeping 12 characters) can bring it; None:
                 no limit.
             columns: which of :data:`COLUMNS` to show, in order.
         """
