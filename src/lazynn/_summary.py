@@ -201,7 +201,8 @@ def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
                 "lazynn.summary",
                 "a symbolic dimension as the batch only: the first of a shape (Bx3x224x224)",
                 f"Spec{inner[0].shape}",
-                "give the other dimensions as numbers",
+                "give the other dimensions as numbers: Spec(('B', 3, 224, 224)), or "
+                "--input Bx3x224x224",
             )
         )
     names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
