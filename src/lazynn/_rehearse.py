@@ -69,13 +69,13 @@ class Spec:
         may be a name, ``"Bx3x224x224"``: a symbolic batch, for ``lazynn.summary``."""
         parts = re.split(r"[xX,]", text)
         try:
-            shape = tuple(p if p.isalpha() else int(p) for p in parts)
+            shape = tuple(p if p.isalpha() and i == 0 else int(p) for i, p in enumerate(parts))
         except ValueError:
             raise InferenceError(
                 message(
                     "--input",
                     "a shape such as 1x3x224x224 (or Bx3x224x224: a symbolic batch, named by a "
-                    "letter)",
+                    "letter, first)",
                     repr(text),
                     "write the dimensions as integers separated by x",
                 )
