@@ -195,3 +195,95 @@ def test_on_cuda_dtensor_rng_draws_consistent_shards() -> None:
     assert all(r["devices"] == ["cuda"] for r in ranks)
     for name in ranks[0]["full"]:
         assert torch.equal(unpack(ranks[0]["full"][name]), unpack(ranks[1]["full"][name])), name
+
+
+def _edges_worker(rank: int, world: int) -> Report:
+    """Uneven shards (a rank holding an empty block, under FSDP2 too), and initializers that
+    cannot be reproduced on shards: refused, naming the module, the model left on meta."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (1, world), mesh_dim_names=("dp", "tp"))
+    report: Report = {}
+    torch.manual_seed(0)
+    uneven = lazynn.build(
+        nn.Sequential(lazynn.LazyLinear(1), lazynn.LazyLinear(5), lazynn.LazyLinear(3)),
+        (2, 3),
+        device="meta",
+    )
+    plan = {"0": ColwiseParallel(), "1": RowwiseParallel(), "2": ColwiseParallel()}
+    parallelize_module(uneven, mesh["tp"], plan)
+    fully_shard(uneven, mesh=mesh["dp"])
+    lazynn.materialize(uneven, "cpu")
+    # (each rank's block against the eager parameter: torch's full_tensor() of an uneven
+    # _StridedShard hangs in gloo)
+    report["uneven"] = {
+        n: (pack(t.to_local()), [int(o) for o in t.__create_chunk_list__()[0].offsets])
+        for n, t in uneven.named_parameters()
+    }
+    report["uneven_local"] = {n: list(t.to_local().shape) for n, t in uneven.named_parameters()}
+    report["next_draw"] = pack(torch.rand(4))
+
+    def padded() -> nn.Module:
+        return nn.Sequential(nn.Embedding(10, 6, padding_idx=3, device="meta"))
+
+    class Randn(nn.Linear):
+        def reset_parameters(self) -> None:
+            with torch.no_grad():
+                self.weight.copy_(torch.randn_like(self.weight))
+
+    class Eye(nn.Linear):
+        def reset_parameters(self) -> None:
+            nn.init.eye_(self.weight)
+
+    cases = {
+        "padding_idx": (padded, {"0": RowwiseParallel()}),
+        "randn_like": (lambda: nn.Sequential(Randn(4, 6, device="meta")), {"0": RowwiseParallel()}),
+        "eye_": (lambda: nn.Sequential(Eye(4, 6, device="meta")), {"0": ColwiseParallel()}),
+    }
+    for name, (factory, tp) in cases.items():
+        model = factory()
+        parallelize_module(model, mesh["tp"], tp)
+        state = torch.get_rng_state()
+        try:
+            lazynn.materialize(model, "cpu")
+            report[name] = "materialized"
+        except lazynn.LazynnError as error:
+            report[name] = str(error)
+        report[name + "_meta"] = all(t.to_local().is_meta for t in model.parameters())
+        report[name + "_rng"] = torch.equal(torch.get_rng_state(), state)
+    return report
+
+
+def test_uneven_shards_and_initializers_that_shards_cannot_reproduce() -> None:
+    from torch import nn
+
+    ranks = run_ranks(_edges_worker, world=2, timeout=150)
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(3, 1), nn.Linear(1, 5), nn.Linear(5, 3))
+    next_draw = torch.rand(4)
+    for r in ranks:
+        for name, p in eager.named_parameters():
+            packed, offset = r["uneven"][name]
+            if 0 in packed[0]:
+                continue  # an empty block: nothing to compare (its stream was drawn: next_draw)
+            block = unpack(packed)
+            index = tuple(slice(o, o + n) for o, n in zip(offset, block.shape, strict=True))
+            assert torch.equal(block, p.detach()[index]), (r["rank"], name)
+        assert torch.equal(unpack(r["next_draw"]), next_draw)
+        assert r["uneven_local"]["0.weight"] == [1 - r["rank"], 3]  # rank 1: an empty block
+        for name, why in (
+            ("padding_idx", "into part of a sharded tensor"),
+            ("randn_like", "a random op (randn_like)"),
+            ("eye_", "with out= (eye)"),
+        ):
+            assert why in r[name], (r["rank"], name, r[name])
+            assert "lazynn.materialize at '0'" in r[name]
+            assert r[name + "_meta"], (r["rank"], name)
+            assert r[name + "_rng"], (r["rank"], name)

@@ -31,7 +31,7 @@ from ._errors import LazynnError, message
 from ._mixin import is_lazy_module
 from ._progress import Progress
 from ._queue import run_ready
-from ._sharded import init_mode
+from ._sharded import ShardedInit, init_mode, sharded_failure
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild
 from ._tensors import copy_values, own_slots, own_tensors
@@ -251,8 +251,16 @@ class _Run:
             self.kept[id(step.module)] = [(t, t.detach().clone()) for t in keep]
             self.bar.advance(count)
         else:
-            with init_mode(step.module, step.path):  # sharded (FSDP2): as if unsharded
-                step.init()
+            mode = init_mode(step.module, step.path)  # sharded: as if unsharded
+            try:
+                with mode:
+                    step.init()
+            except LazynnError:
+                raise
+            except Exception as error:
+                if isinstance(mode, ShardedInit):
+                    raise sharded_failure(step.path, error) from error
+                raise
             for tensor, value in self.kept.pop(id(step.module), []):
                 tensor.copy_(value)  # a tied tensor keeps its first owner's values
 

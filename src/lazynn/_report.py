@@ -431,9 +431,7 @@ def _totals(summary: Summary) -> list[str]:
     memory = summary.memory
     if memory is not None:
         lines += [
-            f"Training memory ({memory.optimizer}, estimated on meta"
-            + (f", {summary.batch}=1" if summary.batch else "")
-            + "):",
+            f"Training memory ({memory.optimizer}, on meta{', per sample' * bool(summary.batch)}):",
             f"  parameters          {_bytes(memory.params)}",
             f"  gradients           {_bytes(memory.gradients)}",
             f"  optimizer states    {_bytes(memory.optimizer_states)}",

@@ -43,9 +43,9 @@ import torch
 # ("Extending PyTorch"); tests/test_distributed.py exercises it on 2 ranks.
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._errors import LazynnError, message
+from ._errors import LazynnError, first_line, message
 
-__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode"]
+__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode", "sharded_failure"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
 _FILLS: dict[Any, Callable[..., Any]] = {
@@ -166,15 +166,28 @@ def _region(tensor: Any) -> tuple[int, ...] | None:
     return tuple(int(o) for o in chunk.offsets)
 
 
-class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Random fills of DTensors draw as the full tensor would (see the module doc).
+#: random ops a DTensor would draw per shard (its CPU fallback): the eager numbers need the
+#: whole stream, so only ``_FILLS`` are drawn; these are refused
+_RANDOM = ("rand", "normal", "bernoulli", "multinomial", "poisson", "uniform", *_RANDOM_PREFIXES)
 
-    ``where`` names the module being initialized, for errors.
+
+class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Random fills of DTensors draw as the full tensor would (see the module doc); what
+    cannot be reproduced on shards is refused.
+
+    ``where`` names the module being initialized, for errors; ``tensors`` are its own (and
+    below): the storages an initializer may write into. A write into any other DTensor is a
+    write into a gathered copy of a part of one (``weight[padding_idx].fill_(0)``, ``eye_``,
+    ``dirac_`` across shards), which DTensor drops: refused.
     """
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, tensors: tuple[torch.Tensor, ...] = ()) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.where = where
+        #: each DTensor's local storage -> its full shape
+        self.owners = {
+            _storage(t): tuple(t.shape) for t in tensors if type(t).__name__ == "DTensor"
+        }
 
     def __torch_dispatch__(
         self,
@@ -184,16 +197,30 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        from torch.distributed.tensor import DTensor  # (see _shard_rows)
+        from torch.distributed.tensor import DTensor  # (see _region)
 
+        name = func.__name__.split(".")[0]
+        if isinstance(kwargs.get("out"), DTensor):  # (eye_: torch.eye(out=...), per shard)
+            raise self._refuse(
+                f"an op writing into a sharded tensor with out= ({name})",
+                "initialize it before sharding (materialize, then shard)",
+            )
+        written = args[0] if args and name.endswith("_") else None
+        if isinstance(written, DTensor) and _storage(written) not in self.owners:
+            raise self._refuse(
+                f"a write ({name}) into part of a sharded tensor taken across its shards (an "
+                "index or slice: padding_idx, eye_, dirac_), which DTensor makes a copy of",
+                "initialize it before sharding (materialize, then shard), or fill it whole",
+            )
         target = args[0] if args else None
         if not isinstance(target, DTensor):
+            if name.startswith(_RANDOM) and any(isinstance(a, DTensor) for a in args):
+                raise self._refuse(f"a random op ({name}) that DTensor draws per shard")
             return func(*args, **kwargs)
-        name = func.__name__.split(".")[0]
         fill = _FILLS.get(func)
         if fill is None:
-            if name.startswith(_RANDOM_PREFIXES) and name.endswith("_"):
-                raise self._refuse(f"a random fill ({name})")
+            if name.startswith(_RANDOM):
+                raise self._refuse(f"a random op ({name}) that DTensor draws per shard")
             return func(*args, **kwargs)
         local = target.to_local()
         if local.device.type != "cpu":
@@ -203,25 +230,60 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if all(p.is_replicate() for p in target.placements):
             fill(local, *args[1:], **kwargs)  # every rank draws the whole tensor
             return target
+        if local.numel() == 0:  # an empty shard: draw the stream, keep nothing
+            draw_slice(local, fill, tuple(target.shape), 0, args[1:], kwargs)
+            return target
+        if tuple(target.shape) != self.owners.get(_storage(target)):  # a view of part of one
+            raise self._refuse(
+                f"a random fill ({name}) of a view of a sharded parameter (a reshape, slice or "
+                "index of it), whose shards are not blocks of the parameter",
+                "initialize it before sharding (materialize, then shard), or fill it whole",
+            )
         offset = _region(target)
-        if offset is None or not local.is_contiguous():
+        if offset is None:
             raise self._refuse(f"the placements {tuple(target.placements)}")
+        if not local.is_contiguous():
+            raise self._refuse(
+                f"a random fill ({name}) of part of a sharded parameter (a slice or index)",
+                "initialize it before sharding (materialize, then shard), or fill it whole",
+            )
         draw_region(local, fill, tuple(target.shape), offset, args[1:], kwargs)
         return target
 
-    def _refuse(self, what: str) -> LazynnError:
+    def _refuse(self, what: str, fix: str | None = None) -> LazynnError:
         return LazynnError(
             message(
                 f"lazynn.materialize at '{self.where}'",
-                "sharded parameters that hold a block of the full tensor (Shard, "
-                "Replicate), initialized by uniform_/normal_ fills, so that they equal an "
-                "unsharded model's",
+                "an initializer that fills whole sharded parameters (uniform_, normal_, "
+                "elementwise ops) whose placements hold a block of the full tensor (Shard, "
+                "Replicate), so that they equal an unsharded model's",
                 what,
-                "materialize before sharding, or shard parameters with Shard or Replicate "
+                fix
+                or "materialize before sharding, or shard parameters with Shard or Replicate "
                 "placements (a Partial parameter holds no block of its values); the model is "
                 "unchanged",
             )
         )
+
+
+def sharded_failure(where: str, error: Exception) -> LazynnError:
+    """The refusal of an initializer that torch cannot run on sharded parameters (an op
+    DTensor has no sharding for, a plain tensor copied into a DTensor)."""
+    return LazynnError(
+        message(
+            f"lazynn.materialize at '{where}'",
+            "an initializer that runs on sharded parameters (DTensors)",
+            f"one that fails there: {type(error).__name__}: {first_line(error)}",
+            "initialize it before sharding (materialize, then shard), or write the "
+            "initializer with whole-tensor fills (uniform_, normal_, elementwise ops); the "
+            "model is unchanged",
+        )
+    )
+
+
+def _storage(tensor: Any) -> int:
+    """The address of a DTensor's local storage (real: shards are allocated by now)."""
+    return int(tensor.to_local().untyped_storage().data_ptr())
 
 
 def init_mode(module: torch.nn.Module, where: str) -> Any:
@@ -229,4 +291,4 @@ def init_mode(module: torch.nn.Module, where: str) -> Any:
     tensors = (*module.parameters(), *module.buffers())  # (an initializer may reach below)
     if not any(type(t).__name__ == "DTensor" for t in tensors):
         return contextlib.nullcontext()
-    return ShardedInit(where)
+    return ShardedInit(where, tensors)
