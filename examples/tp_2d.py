@@ -21,14 +21,12 @@ single-process run of the eager twin, and prints what each rank allocated.
 from __future__ import annotations
 
 import os
-import queue
-import socket
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+from local_ranks import run_local_ranks
 from torch import nn
 
 import lazynn
@@ -227,26 +225,7 @@ def worker(rank: int, world: int, port: int, results: Any) -> None:
 
 def main(world: int = 4) -> list[dict[str, Any]]:
     """Run the recipe on ``world`` local processes; print and return each rank's report."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, world, port, results)) for r in range(world)]
-    for p in procs:
-        p.start()
-    reports: list[dict[str, Any]] = []
-    while len(reports) < world:
-        try:
-            reports.append(results.get(timeout=1.0))
-        except queue.Empty:
-            if any(p.exitcode not in (None, 0) for p in procs):
-                for p in procs:
-                    p.terminate()
-                raise RuntimeError("a rank failed; see its traceback above") from None
-    for p in procs:
-        p.join(60)
-    reports.sort(key=lambda r: r["rank"])
+    reports = run_local_ranks(worker, world)
     for r in reports:
         print(
             f"rank {r['rank']}: allocated {r['bytes'] / 2**10:.1f} KiB of "
