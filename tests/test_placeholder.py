@@ -449,3 +449,20 @@ def test_placeholder_storage_is_empty_as_a_meta_tensors() -> None:
     assert (storage.data_ptr(), storage.nbytes()) == (meta.data_ptr(), meta.nbytes()) == (0, 0)
     with pytest.raises(lazynn.UnbuiltError, match="Attempted to use an uninitialized parameter"):
         weight.contiguous()
+
+
+def test_parameter_constructor_takes_torchs_arguments_and_the_rebuild_form() -> None:
+    """``UninitializedParameter(requires_grad, device, dtype)`` as torch's; ``cls(data,
+    **param.__dict__)`` (how accelerate rebuilds a parameter) gives a placeholder like data."""
+    p = lazynn.UninitializedParameter(False, "cpu", torch.float64)
+    assert (p.requires_grad, p.dtype) == (False, torch.float64)
+    again = type(p)(p.to("meta"), **{**p.__dict__, "requires_grad": True, "tag": 1})
+    assert isinstance(again, lazynn.UninitializedParameter)
+    assert (again.device.type, again.dtype, again.requires_grad, again.tag) == (
+        "meta",
+        torch.float64,
+        True,
+        1,
+    )
+    with pytest.raises(TypeError, match=r"^UninitializedParameter\(\) got an unexpected"):
+        lazynn.UninitializedParameter(shape=3)

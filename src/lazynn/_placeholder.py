@@ -347,7 +347,10 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: 
             )
             new.__dict__.update(kwargs)
             return new  # type: ignore[return-value]
-        return _new_parameter(cls, *args, **kwargs)
+        try:
+            return _new_parameter(cls, *args, **kwargs)
+        except TypeError as error:  # (worded as torch's constructor, not the helper)
+            raise TypeError(str(error).replace("_new_parameter()", f"{cls.__name__}()")) from None
 
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         raw = _raw(self)
