@@ -17,7 +17,6 @@ from ._errors import InferenceError as InferenceError
 from ._errors import LazynnError as LazynnError
 from ._errors import NeedsValuesError as NeedsValuesError
 from ._errors import UnbuiltError as UnbuiltError
-from ._factory import lazy as lazy
 from ._infer import UNKNOWN as UNKNOWN
 from ._infer import Infer as Infer
 from ._layers.activation import LazyPReLU as LazyPReLU
@@ -60,6 +59,7 @@ from ._layers.recurrent import LazyRNNCell as LazyRNNCell
 from ._layers.transformer import LazyTransformer as LazyTransformer
 from ._layers.transformer import LazyTransformerDecoderLayer as LazyTransformerDecoderLayer
 from ._layers.transformer import LazyTransformerEncoderLayer as LazyTransformerEncoderLayer
+from ._lazy import lazy as lazy
 from ._materialize import materialize as materialize
 from ._mixin import LazyModuleMixin as LazyModuleMixin
 from ._on_build import OnBuildHandle as OnBuildHandle

@@ -15,12 +15,17 @@ changed since construction (then they are kept, with a warning).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from ._deferred import Init
+from ._deferred import run as run_inits
 from ._errors import InferenceError, LazynnError, first_line, message, module_path
+from ._factory import build_factory, is_factory
 from ._infer import CLASS_KEY
 from ._layer import LazyLayer
 from ._mixin import finish, is_lazy_module, is_unbuilt
@@ -39,7 +44,7 @@ M = TypeVar("M", bound=nn.Module)
 
 
 def build(
-    model: M,
+    model: M | Callable[[], M],
     *example_inputs: Any,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
@@ -75,7 +80,12 @@ def build(
     >>> lazynn.build(net, (1, 3, 32, 32))[2]
     Linear(in_features=7200, out_features=10, bias=True)
     """
-    return build_from(model, example_inputs, example_kwargs, device, dtype, progress)
+    if is_factory(model):
+        target = torch.device(device) if device is not None else None
+        made = build_factory(model, example_inputs, example_kwargs, target, dtype)
+        return made  # type: ignore[return-value]
+    assert isinstance(model, nn.Module)
+    return build_from(model, example_inputs, example_kwargs, device, dtype, progress)  # type: ignore[return-value]
 
 
 def build_from(
@@ -172,6 +182,8 @@ class _Allocation:
         self.replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
         #: id(real tensor) -> its meta twin, so ties hold on meta
         self.shared: dict[int, torch.Tensor] = {}
+        #: initializations written on the placeholders, with the built tensors (``_deferred``)
+        self.inits: list[tuple[Init, torch.Tensor]] = []
 
     def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
         if module in self.rehearsal.sizes and is_unbuilt(module):
@@ -201,18 +213,20 @@ class _Allocation:
         recipe = _recipe(module, sizes, self.dtype)
         if source is None:
             self.births[kin] = module
-            module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
+            pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
         else:  # a copy of a layer built before: its values, no draws
             rng = torch.get_rng_state()
-            module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
+            pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
             torch.set_rng_state(rng)
         finish(module)
         if source is not None and self.on_meta:
-            META_BUILT[module] = CopyFrom(source)  # materialize() copies its values
+            META_BUILT[module] = CopyFrom(source, _slotted(module, pending))
         elif source is not None:
             copy_values(source, module)
         elif self.on_meta:
-            META_BUILT[module] = recipe
+            META_BUILT[module] = replace(recipe, inits=_slotted(module, pending))
+        if not self.on_meta:
+            self.inits += pending  # (run once every layer is built: _allocate)
         self.bar.advance(sum(t.numel() for t in module.parameters()))
 
     def other_lazy(self, module: nn.Module) -> None:
@@ -276,6 +290,9 @@ def _allocate(
                 for path, module in order:
                     allocation.visit(path, module, lazy)
                 allocation.commit()
+                # the model's initialization code, in the order it was written: after every
+                # layer's construction, as an init loop at the end of __init__ runs
+                run_inits(allocation.inits)
                 if not allocation.on_meta and (device is not None or dtype is not None):
                     model.to(device=device, dtype=dtype)
             run_ready(model)  # work queued with lazynn.on_build
@@ -292,6 +309,19 @@ def _allocate(
             torch.set_rng_state(chosen.start)
     for note in [] if quiet else chosen.notes:
         warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+
+
+def _slotted(
+    module: nn.Module, pending: list[tuple[Init, torch.Tensor]]
+) -> tuple[tuple[Init, str, str], ...]:
+    """Initializations of a layer built on meta, by the slot of their tensor, for
+    ``materialize`` (whose construction puts new tensors in the slots)."""
+    where = {
+        id(tensor): (path, name)
+        for path, sub in module.named_modules()
+        for _, name, tensor in own_slots(sub)
+    }
+    return tuple((init, *where[id(t)]) for init, t in pending if id(t) in where)
 
 
 def _allocation_error(

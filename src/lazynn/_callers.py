@@ -37,21 +37,33 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._errors import BUILD, QUEUE_IT, UnbuiltError, frame_locals, message
+from ._errors import (
+    BUILD,
+    CALL_NOT_FORWARD,
+    INIT_FIX,
+    QUEUE_IT,
+    UnbuiltError,
+    frame_locals,
+    message,
+    torch_phrase,
+)
 from ._state import context, find_state
 from ._tensors import is_placeholder
 
 __all__ = [
     "Tool",
     "Wrapper",
+    "distributed",
     "find_tool",
     "find_wrapper",
+    "refusal",
     "scripted_path",
     "under_dynamo",
     "undo_pruning",
     "undo_wrapper",
     "untraced",
     "wrapper_error",
+    "wrapper_refusal",
 ]
 
 #: wrapper -> (function name, file path suffix, the local naming the module) of the frame that
@@ -190,7 +202,7 @@ class Tool:
 #: Paths are torch's layout (internal): tests/test_deferred.py checks every message, so a
 #: move fails a test.
 _TOOLS = (
-    (os.path.join("torch", "nn", "init.py"), "", "torch.nn.init", QUEUE_IT),
+    (os.path.join("torch", "nn", "init.py"), "", "torch.nn.init", INIT_FIX),
     (os.path.join("nn", "utils", "parametriz"), "", "a parametrization", QUEUE_IT),
     (os.path.join("nn", "utils", "weight_norm.py"), "", "weight_norm", QUEUE_IT),
     (os.path.join("nn", "utils", "spectral_norm.py"), "", "spectral_norm", QUEUE_IT),
@@ -240,6 +252,72 @@ def find_tool() -> Tool | None:
             if fragment in code.co_filename and function in ("", code.co_name):
                 return Tool(tool, fix)
     return None
+
+
+def distributed() -> bool:
+    """Whether a process group exists (DDP and fully_shard need one): only then do
+    placeholders look for a wrapper being constructed around them."""
+    return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
+def wrapper_refusal(owner: str) -> UnbuiltError | None:
+    """The refusal of a torch wrapper being constructed around the model of a placeholder
+    (``owner``: "the 'weight' of LazyLinear"), taking back what it registered; or None."""
+    wrapper = find_wrapper()
+    refused = wrapper_error(wrapper, owner) if wrapper is not None else None
+    if wrapper is not None and refused is not None:
+        undo_wrapper(wrapper)
+    return refused
+
+
+def refusal(owner: str, kind: str, what: str, checkpoint: str | None) -> UnbuiltError:
+    """The error of a placeholder (``owner``, of class ``kind``) asked for ``what`` (a torch
+    function's name), worded for whoever asked: a wrapper, a tool, or the user's own code;
+    ``checkpoint``: the entry it was saved as, when it comes from an unbuilt checkpoint."""
+    refused = wrapper_refusal(owner)  # fully_shard asks for the shape first
+    if refused is not None:
+        return refused
+    phrase = torch_phrase(what)
+    if checkpoint is not None:
+        return UnbuiltError(
+            message(
+                f"checkpoint entry {checkpoint}",
+                f"a built tensor for {what}",
+                f"an unbuilt {kind}, which holds no values (saving the state_dict of an "
+                "unbuilt model, or loading it into a built one, is the usual cause)",
+                f"build the source model before taking its state_dict ({BUILD}), or drop "
+                "the unbuilt entries: {k: v for k, v in sd.items() if not lazynn.is_lazy(v)} "
+                "and load with strict=False",
+                detail=phrase,
+            )
+        )
+    tool = find_tool()
+    if tool is not None:
+        if tool.name == "pruning":
+            undo_pruning()  # it moved the parameter before it asked
+        return UnbuiltError(
+            message(
+                owner,
+                f"a built tensor for {tool.name} ({what})",
+                f"an unbuilt {kind}, whose shape the first input decides",
+                tool.fix,
+                detail=phrase,
+            )
+        )
+    return UnbuiltError(
+        message(
+            owner,
+            f"a built tensor for {what}",
+            f"an unbuilt {kind}, whose shape the first input decides",
+            f"build the module first: {BUILD}, or call the model on an example input "
+            f"({CALL_NOT_FORWARD}) or load a built checkpoint with load_state_dict; then do "
+            "this. Code in the model's __init__ that needs sizes: construct it with "
+            "lazynn.build(Net, example) (the factory form), which runs __init__ with every "
+            "size known. Optimizers that need shapes at construction (Adagrad) must be "
+            "created after the build",
+            detail=phrase,
+        )
+    )
 
 
 def undo_pruning() -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "MODULE_KEYS",
     "Slot",
     "allocate_empty",
+    "construct",
     "differs",
     "forward_names",
     "hide_probes",
@@ -111,7 +112,7 @@ def new(
             if template is not None:
                 return template.copy(into)
         return _meta(cls, kwargs, dtype, into)
-    return _construct(cls, kwargs, device, dtype, into)
+    return construct(cls, kwargs, device, dtype, into)
 
 
 def _meta(
@@ -126,7 +127,7 @@ def _meta(
     # tensor's init): the real construction warns as eager does.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _construct(cls, kwargs, "meta", dtype, into)
+        return construct(cls, kwargs, "meta", dtype, into)
 
 
 # --- remembered meta layouts -----------------------------------------------------------------
@@ -214,13 +215,15 @@ class _Layout:
         return module
 
 
-def _construct(
+def construct(
     cls: type[nn.Module],
     kwargs: Mapping[str, Any],
     device: torch.device | str,
     dtype: torch.dtype | None,
     into: nn.Module | None,
 ) -> nn.Module:
+    """``cls(**kwargs)`` constructed for real on ``device`` (no layout kept), or its
+    ``__init__`` run on ``into``."""
     init: Any = cls.__init__
     if _takes_factory_kwargs(cls):  # type: ignore[arg-type]
         full = {**kwargs, "device": device, "dtype": dtype}

@@ -21,6 +21,7 @@ from torch import nn
 __all__ = [
     "BUILD",
     "CALL_NOT_FORWARD",
+    "INIT_FIX",
     "QUEUE_IT",
     "CheckpointError",
     "InferenceError",
@@ -47,6 +48,15 @@ QUEUE_IT = (
     "queue it until the build: lazynn.on_build(module, fn) runs fn(module) once the module "
     f"is built (by lazynn.build, materialize, a checkpoint or its first call); or build first "
     f"with {BUILD}"
+)
+
+#: the fix for an initializer that needs a placeholder's shape (the others wait for the build)
+INIT_FIX = (
+    "construct the model with lazynn.build(Net, example) (the factory form: your __init__ "
+    f"runs with every size known, and the result is the eager model's); or build first, "
+    f"{BUILD}, then initialize; or queue it: lazynn.on_build(module, fn). normal_, uniform_, "
+    "trunc_normal_, constant_, zeros_, ones_, kaiming_uniform_ and in-place fills wait for "
+    "the build on their own"
 )
 
 

@@ -1,110 +1,246 @@
-"""lazy(): any module class made lazy in one line.
+"""The factory form: ``lazynn.build(Net, example)`` constructs the model itself, twice.
 
-``LazyFoo = lazynn.lazy(Foo, in_dim=lazynn.Infer(dim=-1))`` declares a :class:`LazyLayer` whose
-constructor takes ``Foo``'s arguments minus ``in_dim``; the first input (or a checkpoint, or
-``lazynn.build``) decides ``in_dim``, and the module then *is* a ``Foo``, with the numbers
-``Foo(in_dim, ...)`` draws under the same seed. Every guarantee of lazynn's own layers holds:
-placeholders from construction (``parameters()`` is complete), checks before the build,
-atomic failure, copies, checkpoints, threads.
+The model's own construction is its init program: init loops in ``__init__``, tensors a parent
+creates around its layers, buffers computed from sizes, ties. To give exactly what the eager
+program gives, lazynn runs that program, with every size known:
+
+1. **draft** (:func:`draft`): ``Net()`` on meta, under :class:`~lazynn._state.Drafting`. Each
+   lazy layer lays out placeholders that stand for meta tensors of its probe sizes, so the
+   model's own code runs on them, drawing nothing and allocating nothing; lazy layers are
+   numbered in construction order. A lazy layer's weight tied into an eager module
+   (``wte.weight = lm_head.weight``) takes the shape of the tensor it replaced.
+2. **rehearse**: the draft runs on meta examples (``_rehearse``), and each lazy layer learns
+   its sizes; the draft is then dropped.
+3. **construct** (:func:`construct`): ``Net()`` again, for real, under
+   :class:`~lazynn._state.Constructing`: the k-th lazy layer constructed becomes its eager
+   class with the k-th sizes, so ``Net.__init__`` runs exactly as the eager program does
+   (``nn.Linear(in_features, 10)`` where the code says ``LazyLinear(10)``). A second run that
+   constructs other layers is refused, naming the layer.
+
+Under one seed the result equals the eager model bit for bit, and the random generator ends
+where eager construction leaves it. ``device="meta"`` runs step 3 on meta and records the
+factory; ``lazynn.materialize`` then runs it once more on the target (``_materialize``).
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 
-from ._infer import Infer
+from ._deferred import PROBE
+from ._errors import InferenceError, LazynnError, message
 from ._layer import LazyLayer
+from ._mixin import finish, is_lazy_module
+from ._queue import run_ready
+from ._rehearse import rehearse
+from ._snapshot import RandomState
+from ._state import (
+    BUILD_LOCK,
+    FACTORY_BUILT,
+    Constructing,
+    Drafting,
+    Entry,
+    FactoryRecipe,
+    context,
+    find_state,
+)
+from ._tensors import is_placeholder, own_slots
 
-__all__ = ["lazy"]
+__all__ = ["build_factory", "construct", "draft", "is_factory"]
 
 
-def lazy(cls: type[nn.Module], /, **inferred: Infer) -> type[LazyLayer]:
-    """A lazy version of ``cls``: the named constructor arguments are read from the inputs.
+def is_factory(obj: object) -> bool:
+    """Whether ``obj`` is a model's factory (a class, ``functools.partial``, a lambda), not a
+    model: callable, and not an ``nn.Module`` instance."""
+    return callable(obj) and not isinstance(obj, nn.Module)
 
-    Args:
-        cls: an ``nn.Module`` subclass with an explicit ``__init__`` signature. If it takes
-            ``device`` and ``dtype`` arguments (as torch.nn layers do) they are used;
-            otherwise it is constructed under ``torch.device(...)``.
-        **inferred: constructor argument name -> :class:`lazynn.Infer`, where to read it.
 
-    Returns:
-        A :class:`LazyLayer` subclass named ``Lazy<cls name>`` that becomes ``cls``.
-
-    >>> import torch, lazynn
-    >>> from torch import nn
-    >>> class Scale(nn.Module):
-    ...     def __init__(self, features, init=1.0, device=None, dtype=None):
-    ...         super().__init__()
-    ...         self.features = features
-    ...         full = torch.full((features,), init, device=device, dtype=dtype)
-    ...         self.weight = nn.Parameter(full)
-    ...     def forward(self, x):
-    ...         return x * self.weight
-    >>> LazyScale = lazynn.lazy(Scale, features=lazynn.Infer(dim=-1))
-    >>> layer = LazyScale(init=2.0)
-    >>> layer(torch.ones(2, 3))
-    tensor([[2., 2., 2.],
-            [2., 2., 2.]], grad_fn=<MulBackward0>)
-    >>> type(layer).__name__, layer.features
-    ('Scale', 3)
-    """
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise TypeError(f"lazy() takes an nn.Module subclass, received {cls!r}")
-    if not inferred:
-        raise ValueError(
-            f"lazy({cls.__name__}): name the constructor arguments to infer, for example "
-            f"lazy({cls.__name__}, in_features=lazynn.Infer(dim=-1))"
-        )
-    signature = inspect.signature(cls.__init__)
-    params = list(signature.parameters.values())
-    # (**kwargs is fine: the inferred names are explicit, the rest pass through by name;
-    # *args could not be named)
-    variadic = [p.name for p in params if p.kind is p.VAR_POSITIONAL]
-    unknown = sorted(set(inferred) - {p.name for p in params[1:]})
-    if unknown or variadic:
-        raise ValueError(
-            f"lazy({cls.__name__}): expected constructor arguments of {cls.__name__} to infer"
-            + (f", received unknown {unknown}" if unknown else "")
-            + (
-                f"; its __init__ takes *{variadic}, whose names lazy() cannot see"
-                if variadic
-                else ""
+def _made(factory: Callable[[], Any], result: object) -> nn.Module:
+    if not isinstance(result, nn.Module):
+        raise LazynnError(
+            message(
+                "lazynn.build(factory)",
+                "a factory that returns an nn.Module when called with no arguments",
+                f"{getattr(factory, '__name__', repr(factory))}() returning "
+                f"{type(result).__name__}",
+                "pass the model class (lazynn.build(Net, example)), functools.partial(Net, "
+                "config), or a lambda that returns the model",
             )
-            + ". Fix: name arguments of its explicit signature, or subclass lazynn.LazyLayer"
         )
-    for name, spec in inferred.items():
-        if not isinstance(spec, Infer):
-            raise TypeError(f"lazy({cls.__name__}): {name}= must be a lazynn.Infer, not {spec!r}")
-    kept = [params[0], *(p for p in params[1:] if p.name not in inferred)]
-    reduced = signature.replace(parameters=kept)
-    without_self = reduced.replace(parameters=kept[1:])
-    keywords = [p.name for p in kept if p.kind is p.VAR_KEYWORD]
+    return result
 
-    def __init__(self: LazyLayer, *args: Any, **kwargs: Any) -> None:
-        bound = without_self.bind(*args, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        for extra in keywords:  # **kwargs of the class's own: passed on by name
-            arguments.update(arguments.pop(extra, {}))
-        self._lazynn_setup(**arguments)
 
-    __init__.__signature__ = reduced  # type: ignore[attr-defined]
-    name = f"Lazy{cls.__name__}"
-    doc = (
-        f"``{cls.__name__}`` with {', '.join(f'``{n}``' for n in inferred)} read from the "
-        f"first input; other arguments as ``{cls.__name__}``. Made by ``lazynn.lazy``."
-    )
-    namespace = {
-        "__init__": __init__,
-        "__doc__": doc,
-        # The caller's module, so that `LazyFoo = lazy(Foo, ...)` at module level pickles.
-        "__module__": sys._getframe(1).f_globals.get("__name__", cls.__module__),
-        "__qualname__": name,
-        "cls_to_become": cls,
-        "inferred": dict(inferred),
+@contextlib.contextmanager
+def _program(program: Drafting | Constructing) -> Iterator[None]:
+    here = context()
+    outer, here.program = here.program, program
+    try:
+        yield
+    finally:
+        here.program = outer
+
+
+@contextlib.contextmanager
+def _watching_ties(drafting: Drafting) -> Iterator[None]:
+    """Note each placeholder of this draft assigned over an eager tensor (``wte.weight =
+    lm_head.weight``): the shape it replaced is the shape it will have. torch's public
+    registration hooks (global while they are registered: other threads' calls pass through)."""
+    owner = threading.get_ident()
+
+    def noted(module: nn.Module, name: str, tensor: Any) -> None:
+        if threading.get_ident() != owner or not is_placeholder(tensor):
+            return
+        old = module._parameters.get(name, module._buffers.get(name))
+        if isinstance(old, torch.Tensor) and not is_placeholder(old):
+            drafting.ties[id(tensor)] = (tensor, old.shape)
+
+    handles = [
+        torch_module.register_module_parameter_registration_hook(noted),
+        torch_module.register_module_buffer_registration_hook(noted),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def draft(factory: Callable[[], Any]) -> tuple[nn.Module, Drafting]:
+    """The factory's first run, on meta (see the module doc): the model, every lazy layer
+    unbuilt, and what the run recorded. Draws no random number (any generator is put back)."""
+    drafting = Drafting()
+    rng = RandomState()
+    try:
+        with _program(drafting), _watching_ties(drafting), torch.device("meta"):
+            model = _made(factory, factory())
+    finally:
+        rng.restore()
+    for module in model.modules():
+        for _, _, tensor in own_slots(module):
+            tensor.__dict__.pop(PROBE, None)
+    for tensor, _ in drafting.ties.values():
+        tensor.__dict__.pop(PROBE, None)
+    return model, drafting
+
+
+def _prebuild_ties(model: nn.Module, drafting: Drafting) -> None:
+    """Build on meta, before the rehearsal, each lazy layer whose placeholder was tied into an
+    eager module (that module may run first); the sizes come from the shape it replaced, and
+    its entry takes them."""
+    if not drafting.ties:
+        return
+    for path, layer in model.named_modules():
+        state = find_state(layer)
+        if not isinstance(layer, LazyLayer) or state is None:
+            continue
+        found = {
+            slot: drafting.ties[id(p)][1]
+            for slot, p in state.placeholders.items()
+            if id(p) in drafting.ties
+        }
+        if found:
+            where = f"{type(layer).__name__} at '{path}'" if path else type(layer).__name__
+            solved = layer._lazynn_solve_sizes(found, where, "")
+            layer._lazynn_build(solved)
+            finish(layer)
+            known = drafting.entries[state.index]
+            drafting.entries[state.index] = Entry(known.cls, known.kwargs, solved, path)
+
+
+def learn(
+    factory: Callable[[], Any], examples: tuple[Any, ...], kw_examples: dict[str, Any]
+) -> tuple[list[Entry], dict[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
+    """Steps 1 and 2: each lazy layer's entry, and the meta inputs of the other lazy modules
+    (torch's, custom mixins) by path."""
+    with BUILD_LOCK:
+        model, drafting = draft(factory)
+        _prebuild_ties(model, drafting)
+        rehearsal = rehearse(model, examples, kw_examples)
+    if rehearsal.unreached:
+        raise InferenceError(
+            message(
+                "build",
+                "example inputs whose forward calls every lazy layer",
+                "a forward that never called " + ", ".join(f"'{p}'" for p in rehearsal.unreached),
+                "pass inputs (or a training/eval mode) that reach these layers; nothing was built",
+            )
+        )
+    sizes = rehearsal.sizes
+    entries = list(drafting.entries)
+    for path, module in model.named_modules():
+        state = find_state(module)
+        if state is None or state.index < 0 or module not in sizes:
+            continue
+        known = entries[state.index]
+        if known.sizes is not None and known.sizes != sizes[module]:
+            raise InferenceError(
+                message(
+                    f"{type(module).__name__} at '{path}'",
+                    f"the sizes of the copies of one lazy layer to agree ({known.sizes} at "
+                    f"'{known.path}')",
+                    f"{sizes[module]}",
+                    "construct a lazy layer for each place that takes inputs of other sizes",
+                )
+            )
+        entries[state.index] = Entry(known.cls, known.kwargs, dict(sizes[module]), path)
+    others = {
+        path: rehearsal.inputs[m]
+        for path, m in model.named_modules()
+        if m in rehearsal.inputs and is_lazy_module(m)
     }
-    return type(name, (LazyLayer, cls), namespace)
+    return entries, others
+
+
+def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
+    """Step 3: the factory run for real, each lazy layer its eager class with its sizes."""
+    constructing = Constructing(entries)
+    with _program(constructing):
+        model = _made(factory, factory())
+    built = sum(1 for e in entries[: constructing.position] if e.sizes is not None)
+    expected = sum(1 for e in entries if e.sizes is not None)
+    if built != expected:
+        raise LazynnError(
+            message(
+                "lazynn.build(factory)",
+                f"the {expected} lazy layers of the factory's first run",
+                f"{built} the second time",
+                "make the factory construct the same model each time it is called (it runs "
+                "twice: once on meta to learn the sizes, once for real); nothing was built",
+            )
+        )
+    return model
+
+
+def build_factory(
+    factory: Callable[[], Any],
+    examples: tuple[Any, ...],
+    kw_examples: dict[str, Any],
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+) -> nn.Module:
+    """``lazynn.build(factory, *examples, device=, dtype=)`` (see the module doc)."""
+    entries, others = learn(factory, examples, kw_examples)
+    rng = RandomState()
+    try:
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            model = construct(factory, entries)
+        with torch.inference_mode(False):
+            for path, (args, kwargs) in others.items():
+                module = model.get_submodule(path)
+                if is_lazy_module(module):  # torch's lazy layers, custom mixins: their own build
+                    module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
+        if dtype is not None:
+            model.to(dtype)
+        run_ready(model)  # work queued with lazynn.on_build for the layers built just now
+    except BaseException:
+        rng.restore()
+        raise
+    if device is not None and device.type == "meta":
+        FACTORY_BUILT[model] = FactoryRecipe(factory, tuple(entries), dtype)
+    return model

@@ -38,20 +38,20 @@ from ._construct import (
     Slot,
     allocate_empty,
     forward_names,
-    hide_probes,
     key_text,
     match_dtypes,
     new,
-    parameter_device,
     slots,
 )
+from ._deferred import Init, inits_of
+from ._deferred import run as run_inits
 from ._errors import (
     InferenceError,
     LazynnError,
     message,
     module_path,
 )
-from ._infer import CLASS_KEY, UNKNOWN, Infer
+from ._infer import CLASS_KEY, Infer
 from ._inputs import (
     check_input,
     construct_checked,
@@ -60,13 +60,17 @@ from ._inputs import (
     run_on_meta,
     substitute_error,
 )
-from ._mixin import LazyModuleMixin, attach, finish, in_build, is_unbuilt, rehearsing
-from ._placeholder import UninitializedBuffer, UninitializedParameter, fill, placeholder_for
+from ._layout import lay_out
+from ._mixin import LazyModuleMixin, finish, in_build, is_unbuilt, rehearsing
+from ._placeholder import fill
 from ._snapshot import RandomState
-from ._state import LazyState, context, lazy_state, record_construction
-from ._tensors import is_placeholder, own_slots, raw
+from ._state import LazyState, context, lazy_state
+from ._tensors import is_placeholder, raw
 
 __all__ = ["LazyLayer"]
+
+#: initializations written on placeholders, each with the tensor it fills (``_deferred``)
+Pending = list[tuple[Init, torch.Tensor]]
 
 #: a placeholder's attribute: the tensor a build put in its place on another device type
 _REPLACED = "_lazynn_replaced_by"
@@ -97,11 +101,8 @@ class LazyLayer(LazyModuleMixin):
 
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
-        """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders."""
-        # (by Python under a compiled function too: dynamo models the layout's dicts as plain)
-        untraced(LazyLayer._lazynn_lay_out)(self, **kwargs)
-
-    def _lazynn_lay_out(self, **kwargs: Any) -> None:
+        """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders
+        (in a factory's run, see ``_layout``)."""
         held = [
             k
             for k, v in kwargs.items()
@@ -121,52 +122,9 @@ class LazyLayer(LazyModuleMixin):
                     "instead",
                 )
             )
-        if "_parameters" not in self.__dict__:
-            # nn.Module's own state first, as torch's lazy layers have it from their
-            # super().__init__ (dynamo, tracing a construction inside a compiled function,
-            # reads attributes through nn.Module.__getattr__)
-            nn.Module.__init__(self)
-        state = lazy_state(self)
-        device = kwargs.pop("device", None)
-        dtype = kwargs.pop("dtype", None)
-        target = torch.device(device) if device is not None else torch.get_default_device()
-        param_target = target if device is not None else parameter_device(target)
-        probes = {name: spec.probe_value(kwargs) for name, spec in self._lazynn_specs().items()}
-        if isinstance(self, self.cls_to_become):
-            new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype, into=self)
-        else:  # not a subclass of the class it becomes (rank-agnostic): copy a meta layout
-            self.__dict__.update(
-                new(self.cls_to_become, {**kwargs, **probes}, "meta", dtype).__dict__
-            )
-        # The layout's shapes, for the checkpoint solver (which asks for the probe sizes first)
-        state.shapes[(self.cls_to_become, repr(sorted(probes.items())))] = {
-            (prefix, name): tensor.shape
-            for prefix, module in self.named_modules()
-            for _, name, tensor in own_slots(module)
-        }
-        for prefix, module in self.named_modules():
-            for store, name, tensor in own_slots(module):
-                if not prefix and name in self.known_buffers and store is module._buffers:
-                    # a shape no input decides: a real tensor, as eager (and torch's lazy
-                    # norms) hold it
-                    store[name] = torch.zeros(tensor.shape, dtype=tensor.dtype, device=target)
-                    continue
-                buffer = store is module._buffers
-                kind = UninitializedBuffer if buffer else UninitializedParameter
-                where = target if buffer else param_target
-                placeholder = placeholder_for(tensor, kind, where, self, prefix, name)
-                store[name] = state.placeholders[(prefix, name)] = placeholder
-        for name, spec in self._lazynn_specs().items():
-            if name in self.__dict__:  # stored by the eager class (not all store it)
-                unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
-                setattr(self, name, unknown)
-        if self._modules:
-            hide_probes(self, self.cls_to_become, kwargs, probes, dtype)
-        state.kwargs = kwargs
-        state.device = target
-        state.dtype = dtype if dtype is not None else torch.get_default_dtype()
-        attach(self)
-        record_construction(self)
+        specs = self._lazynn_specs() if "_lazynn" in self.__dict__ else self.inferred
+        # (by Python under a compiled function too: dynamo models the layout's dicts as plain)
+        untraced(lay_out)(self, self.cls_to_become, specs, self.known_buffers, kwargs)
 
     def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
         """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
@@ -278,7 +236,7 @@ class LazyLayer(LazyModuleMixin):
                 kwargs,
             )
         self._lazynn_check_layout(shadow, sizes)
-        self._lazynn_build(sizes, source=source)
+        run_inits(self._lazynn_build(sizes, source=source))
 
     def _lazynn_forward_failed(
         self, args: tuple[Any, ...], error: BaseException, name: str
@@ -322,13 +280,17 @@ class LazyLayer(LazyModuleMixin):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         source: nn.Module | None = None,
-    ) -> None:
+    ) -> Pending:
         """Construct the eager layer for real and move its tensors into the placeholders.
 
         By default the layer is constructed where and as it was declared (device, dtype),
         then each tensor is converted to its placeholder's dtype and device (as moved since).
         ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
         ``source`` is an already constructed eager layer to take the tensors from.
+
+        Returns the initializations written on its placeholders (``_deferred``), each with
+        the built tensor, for the caller to run: after this layer (a first call), after every
+        layer (``lazynn.build``), or not at all (a checkpoint that holds them).
         """
         sizes = dict(sizes)
         chosen = sizes.pop(CLASS_KEY, None)
@@ -393,20 +355,25 @@ class LazyLayer(LazyModuleMixin):
                     current.copy_(value)
             else:
                 self._buffers[name] = value
+        pending: Pending = []
         for module, name, tensor, value in moves:
             store = module._parameters if name in module._parameters else module._buffers
+            inits = inits_of(tensor)
             if value is tensor.__dict__.get(_REPLACED):
                 store[name] = value
             elif raw(tensor).device.type == value.device.type:
                 fill(tensor, value)  # in place: an optimizer holding it trains it
+                value = tensor
             else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
                 kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
                 new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
-                store[name] = tensor.__dict__[_REPLACED] = new  # (a snapshot takes it back)
+                store[name] = tensor.__dict__[_REPLACED] = value = new  # (a snapshot takes it back)
+            pending += [(init, value) for init in inits]
         for prefix, module in eager_modules.items():
             for key, value in module.__dict__.items():
                 if key not in MODULE_KEYS:
                     own_modules[prefix].__dict__[key] = value
+        return pending
 
     # --- building from a checkpoint -------------------------------------------------------
     def _lazynn_new_eager(
@@ -466,9 +433,11 @@ class LazyLayer(LazyModuleMixin):
         source = None
         if every:  # (assign=True: left on meta, since the checkpoint's tensors replace them)
             source = shadow if assign else allocate_empty(shadow, self._lazynn_where())
-        self._lazynn_build(
+        pending = self._lazynn_build(
             sizes, device="meta" if source is not None and assign else None, source=source
         )
+        if source is None:  # constructed as eager: its initializations, then the values
+            run_inits(pending)
         finish(self)
 
     def _lazynn_where(self) -> torch.device | str:

@@ -27,6 +27,8 @@ import torch
 from torch import nn
 
 from ._construct import new
+from ._deferred import Init
+from ._deferred import run as run_inits
 from ._errors import LazynnError, message
 from ._mixin import is_lazy_module
 from ._progress import Progress
@@ -229,6 +231,13 @@ class _Run:
         self.target, self.bar = target, bar
         self.allocated: dict[int, torch.Tensor] = {}
         self.kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        #: initializations written on the placeholders of layers built on meta, with their
+        #: tensors, run after every step in the order they were written
+        self.inits: list[tuple[Init, torch.Tensor]] = []
+
+    def note_inits(self, module: nn.Module, record: Rebuild | CopyFrom) -> None:
+        for init, path, name in record.inits:
+            self.inits.append((init, getattr(module.get_submodule(path), name)))
 
     def run(self, step: Step) -> None:
         if isinstance(step, Construct):
@@ -238,12 +247,16 @@ class _Run:
                 recipe = step.recipe
                 eager = new(recipe.cls, recipe.kwargs, self.target, recipe.dtype)
             _adopt(step.module, eager, self.allocated)
+            self.note_inits(step.module, recipe)
             self.bar.advance(count)
         elif isinstance(step, CopyValues):
             count = _meta_numel(step.module.modules())
             for m in step.module.modules():
                 _allocate_own(m, self.target, self.allocated)
             copy_values(step.source, step.module)
+            record = META_BUILT.get(step.module)
+            if record is not None:
+                self.note_inits(step.module, record)
             self.bar.advance(count)
         elif isinstance(step, Allocate):
             count = _meta_numel(iter([step.module]))
@@ -331,6 +344,7 @@ def materialize(
             with torch.inference_mode(False), torch.no_grad():
                 for step in steps:
                     run.run(step)
+                run_inits(run.inits)
             run_ready(model)  # work queued with lazynn.on_build
         except BaseException:
             snapshot.restore()

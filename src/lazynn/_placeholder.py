@@ -32,15 +32,9 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._callers import (
-    find_tool,
-    find_wrapper,
-    undo_pruning,
-    undo_wrapper,
-    untraced,
-    wrapper_error,
-)
-from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, func_name, message, torch_phrase
+from ._callers import distributed, refusal, untraced, wrapper_refusal
+from ._deferred import INITS, PROBE, keep, on_probes, probed
+from ._errors import UnbuiltError, func_name
 from ._tensors import is_placeholder
 from ._tensors import raw as _raw
 
@@ -116,10 +110,13 @@ _CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
 )
 
 
-def _distributed() -> bool:
-    """Whether a process group exists (DDP and fully_shard need one): only then do
-    placeholders look for a wrapper being constructed around them."""
-    return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+#: what a placeholder answers itself even in a factory's first run: moves (a new placeholder),
+#: ``requires_grad``
+_NATIVE = _CONVERSIONS | {
+    torch.Tensor.requires_grad_,
+    torch.Tensor.requires_grad.__get__,  # type: ignore[attr-defined]
+    torch.Tensor.requires_grad.__set__,  # type: ignore[attr-defined]
+}
 
 
 class _Placeholder:
@@ -135,68 +132,33 @@ class _Placeholder:
     def _wrapper_refusal(self) -> UnbuiltError | None:
         """The refusal of a torch wrapper being constructed around this placeholder's model
         (taking back what it registered), or None."""
-        wrapper = find_wrapper()
-        refusal = wrapper_error(wrapper, self._owner()) if wrapper is not None else None
-        if wrapper is not None and refusal is not None:
-            undo_wrapper(wrapper)
-        return refusal
+        return wrapper_refusal(self._owner())
 
     def _refuse(self, what: str) -> UnbuiltError:
-        refusal = self._wrapper_refusal()  # fully_shard asks for the shape first
-        if refusal is not None:
-            return refusal
-        phrase = torch_phrase(what)
-        key = self.__dict__.get("_lazynn_checkpoint")
-        if key is not None:
-            return UnbuiltError(
-                message(
-                    f"checkpoint entry {key}",
-                    f"a built tensor for {what}",
-                    f"an unbuilt {type(self).__name__}, which holds no values (saving the "
-                    "state_dict of an unbuilt model, or loading it into a built one, is the "
-                    "usual cause)",
-                    f"build the source model before taking its state_dict ({BUILD}), or drop "
-                    "the unbuilt entries: {k: v for k, v in sd.items() if not lazynn.is_lazy(v)} "
-                    "and load with strict=False",
-                    detail=phrase,
-                )
-            )
-        tool = find_tool()
-        if tool is not None:
-            if tool.name == "pruning":
-                undo_pruning()  # it moved the parameter before it asked
-            return UnbuiltError(
-                message(
-                    self._owner(),
-                    f"a built tensor for {tool.name} ({what})",
-                    f"an unbuilt {type(self).__name__}, whose shape the first input decides",
-                    tool.fix,
-                    detail=phrase,
-                )
-            )
-        return UnbuiltError(
-            message(
-                self._owner(),
-                f"a built tensor for {what}",
-                f"an unbuilt {type(self).__name__}, whose shape the first input decides",
-                f"build the module first: {BUILD}, or call the model on an "
-                f"example input ({CALL_NOT_FORWARD}) or load a built checkpoint with "
-                "load_state_dict; then do this. Optimizers that need shapes at construction "
-                "(Adagrad) must be created after the build",
-                detail=phrase,
-            )
-        )
+        """The refusal of ``what`` (a torch function's name), worded for its caller."""
+        checkpoint = self.__dict__.get("_lazynn_checkpoint")
+        return refusal(self._owner(), type(self).__name__, what, checkpoint)
 
     # --- shape queries are refused, consistently ----------------------------------------
+    # (in a factory's first run, its probe answers: see PROBE)
     @property
     def shape(self) -> torch.Size:
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:
+            return probe.shape  # type: ignore[no-any-return]
         raise self._refuse("Tensor.shape")
 
     @property
     def ndim(self) -> int:
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:
+            return probe.ndim  # type: ignore[no-any-return]
         raise self._refuse("Tensor.ndim")
 
     def size(self, dim: int | None = None) -> Any:
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:
+            return probe.size() if dim is None else probe.size(dim)
         raise self._refuse("Tensor.size()")
 
     def __hash__(self) -> int:
@@ -239,9 +201,12 @@ class _Placeholder:
     def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
         """A new placeholder of this kind around ``raw``, keeping owner and persistence."""
         new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[type-var]
-        for attr in ("_lazynn_owner", "_lazynn_checkpoint", "persistent", "_is_buffer"):
+        for attr in ("_lazynn_owner", "_lazynn_checkpoint", "persistent", "_is_buffer", INITS):
             if attr in self.__dict__:
                 setattr(new, attr, self.__dict__[attr])
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:  # its own
+            new.__dict__[PROBE] = torch.empty(probe.shape, dtype=raw.dtype, device="meta")
         return new  # type: ignore[return-value]
 
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
@@ -263,9 +228,14 @@ class _Placeholder:
         owner = getattr(func, "__self__", None)
         attr = getattr(owner, "__name__", None) if owner is not None else None
         self = args[0] if args else None
+        if func not in _NATIVE and any(probed(v) for v in (*args, *kwargs.values())):
+            return on_probes(func, args, kwargs)
+        kept = keep(func, attr, args, kwargs, sys._getframe(1))
+        if kept is not None:
+            return kept
         with torch._C.DisableTorchFunctionSubclass():
             if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
-                if attr == "requires_grad" and isinstance(self, _Placeholder) and _distributed():
+                if attr == "requires_grad" and isinstance(self, _Placeholder) and distributed():
                     # DDP's constructor reads requires_grad first: refuse with the recipe.
                     refusal = self._wrapper_refusal()
                     if refusal is not None:
@@ -318,7 +288,7 @@ def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
         placeholder.data = data
     target = type(placeholder).cls_to_become  # type: ignore[attr-defined]
     placeholder.__class__ = target
-    for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent"):
+    for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent", PROBE, INITS):
         placeholder.__dict__.pop(attr, None)
 
 

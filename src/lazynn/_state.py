@@ -10,6 +10,8 @@
   allocates them (:class:`Rebuild` or :class:`CopyFrom`).
 * :func:`record_construction`: the CPU generator's state at each lazy module's construction,
   for ``build``'s replay of an eager construction.
+* :class:`Drafting` / :class:`Constructing`: the two runs of a model's factory in
+  ``lazynn.build(Net, ...)`` (``_factory``), as the lazy layers it constructs see them.
 
 >>> context().builds
 0
@@ -29,10 +31,15 @@ from torch import nn
 
 __all__ = [
     "BUILD_LOCK",
+    "FACTORY_BUILT",
     "META_BUILT",
     "STATE_KEY",
+    "Constructing",
     "Context",
     "CopyFrom",
+    "Drafting",
+    "Entry",
+    "FactoryRecipe",
     "LazyState",
     "Rebuild",
     "Rehearsing",
@@ -59,6 +66,41 @@ class Rehearsing:
     sizes: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Entry:
+    """A lazy layer the factory's first run constructed: its class and arguments, and the
+    sizes the rehearsal gave it (None: the forward never called it)."""
+
+    cls: type
+    kwargs: dict[str, Any]
+    sizes: dict[str, Any] | None = None
+    #: its path in the first run's model, for messages ("" if it is not in the model)
+    path: str = ""
+
+
+@dataclass
+class Drafting:
+    """The factory's first run (on meta): each lazy layer it constructs is numbered, in
+    construction order, and lays out placeholders that stand for meta tensors of its probe
+    sizes, so the model's own ``__init__`` code runs on them (drawing nothing)."""
+
+    #: the lazy layers constructed, in order (a layer's ``LazyState.index`` is its position)
+    entries: list[Entry] = field(default_factory=list)
+    #: id(placeholder) -> (the placeholder, the shape of the eager tensor it replaced): a lazy
+    #: layer's weight tied into an eager module (``wte.weight = lm_head.weight``)
+    ties: dict[int, tuple[torch.Tensor, torch.Size]] = field(default_factory=dict)
+
+
+@dataclass
+class Constructing:
+    """The factory's second run: the k-th lazy layer constructed becomes ``entries[k]``'s
+    eager class, constructed for real with its sizes, as the eager program constructs it."""
+
+    entries: list[Entry]
+    #: how many lazy layers this run has constructed
+    position: int = 0
+
+
 @dataclass
 class Context:
     """What this thread is doing inside lazynn."""
@@ -79,6 +121,8 @@ class Context:
     #: warnings of builds inside the current first call, given once its forward succeeds
     #: (a rolled-back first call warns nothing)
     deferred: list[str] | None = None
+    #: a run of a model's factory (``lazynn.build(Net, ...)``), or None
+    program: Drafting | Constructing | None = None
 
 
 _LOCAL = threading.local()
@@ -119,6 +163,8 @@ class LazyState:
     #: (class, sizes) -> the shape of each tensor of the layer built with them: derived, so
     #: copies share it and a rollback leaves it
     shapes: dict[Any, dict[tuple[str, str], torch.Size]] = field(default_factory=dict)
+    #: its number in a factory's first run (``Drafting``), or -1; copies keep it
+    index: int = -1
 
     def copy(self) -> LazyState:
         """An independent copy (its own dicts), for a copy of the module."""
@@ -133,6 +179,7 @@ class LazyState:
             rng=self.rng,
             birth=self.birth,
             shapes=self.shapes,
+            index=self.index,
         )
 
     def restore(self, saved: LazyState) -> None:
@@ -142,11 +189,12 @@ class LazyState:
         self.placeholders.clear()
         self.placeholders.update(saved.placeholders)
         self.device, self.dtype, self.specs = saved.device, saved.dtype, saved.specs
-        self.ranks, self.shown, self.rng, self.birth = (
+        self.ranks, self.shown, self.rng, self.birth, self.index = (
             saved.ranks,
             saved.shown,
             saved.rng,
             saved.birth,
+            saved.index,
         )
 
 
@@ -190,6 +238,9 @@ class Rebuild:
     cls: type[nn.Module]
     kwargs: dict[str, Any]
     dtype: torch.dtype | None
+    #: initializations written on its placeholders (``_deferred.Init``), by (submodule path,
+    #: tensor name): run after every layer is allocated, in the order written
+    inits: tuple[tuple[Any, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,8 +249,24 @@ class CopyFrom:
     of ``source`` (built with the same sizes), as eager copies share their original's."""
 
     source: nn.Module
+    #: as :attr:`Rebuild.inits`
+    inits: tuple[tuple[Any, str, str], ...] = ()
 
 
 #: Layers build() built on meta -> how materialize() allocates them (weak: a dropped model
 #: is forgotten).
 META_BUILT: weakref.WeakKeyDictionary[nn.Module, Rebuild | CopyFrom] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class FactoryRecipe:
+    """A model ``lazynn.build(factory, ..., device="meta")`` made: ``materialize`` runs the
+    factory once more, for real, with these entries, and the model adopts its tensors."""
+
+    factory: Any
+    entries: tuple[Entry, ...]
+    dtype: torch.dtype | None
+
+
+#: Models the factory form built on meta -> how materialize() makes their values (weak).
+FACTORY_BUILT: weakref.WeakKeyDictionary[nn.Module, FactoryRecipe] = weakref.WeakKeyDictionary()

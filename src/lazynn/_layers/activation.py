@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .._factory import lazy
 from .._infer import Infer
+from .._lazy import lazy
 
 __all__ = ["LazyPReLU"]
 

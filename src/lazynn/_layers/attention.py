@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from .._deferred import Init
 from .._errors import module_path
 from .._infer import CLASS_KEY, Infer
 from .._layer import LazyLayer
@@ -131,10 +132,10 @@ class LazyMultiheadAttention(LazyLayer, nn.MultiheadAttention):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         source: nn.Module | None = None,
-    ) -> None:
+    ) -> list[tuple[Init, torch.Tensor]]:
         if self._lazynn_relayout(sizes) and not rehearsing():
             _warn_relayout(self, sizes)  # (lazynn.build comes here directly)
-        super()._lazynn_build(sizes, device, dtype, source)
+        return super()._lazynn_build(sizes, device, dtype, source)
 
     def _lazynn_build_from_state(
         self, state_dict: dict[str, Any], prefix: str, assign: bool = False

@@ -13,9 +13,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from .._factory import lazy
 from .._infer import Infer
 from .._layer import LazyLayer
+from .._lazy import lazy
 
 __all__ = ["LazyBilinear", "LazyLinear"]
 

@@ -25,9 +25,9 @@ from torch import nn
 
 from .._callers import find_tool
 from .._errors import UnbuiltError, message, module_path
-from .._factory import lazy
 from .._infer import UNKNOWN, Infer
 from .._layer import LazyLayer
+from .._lazy import lazy
 from .._state import lazy_state
 
 __all__ = [
