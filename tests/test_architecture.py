@@ -54,6 +54,7 @@ LAYERS = [
     "_progress",
     "_factory",
     "_build",
+    "_adopt",
     "_materialize",
     "_on_build",
     "_memory",

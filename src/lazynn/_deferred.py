@@ -41,6 +41,7 @@ nothing; the second run does it for real.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -144,12 +145,11 @@ def keep(
     attr: str | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    caller: FrameType | None,
 ) -> Any:
-    """What a placeholder answers to initialization code written on it before the build: its
-    ``.data`` (a placeholder that records on it), a fill it records (the placeholder is
-    returned, as the fill returns its tensor), ``is_meta`` asked by ``trunc_normal_``'s helper
-    (``caller``); None for anything else (the placeholder then refuses)."""
+    """What a placeholder's ``__torch_function__`` answers to initialization code written on
+    it before the build: its ``.data`` (a placeholder that records on it), a fill it records
+    (the placeholder is returned, as the fill returns its tensor), ``is_meta`` asked by
+    ``trunc_normal_``'s helper; None for anything else (the placeholder then refuses)."""
     first = args[0] if args else kwargs.get("tensor")
     target = _target(first)
     if target is None:
@@ -158,7 +158,9 @@ def keep(
     if attr == "data" and getter and first is target:
         return _data_of(first)
     if attr == "is_meta" and getter:
-        init = from_trunc_normal(caller, target)
+        # (the frame that asked: this function's caller's caller; read only here, as
+        # torch.compile cannot trace sys._getframe)
+        init = from_trunc_normal(sys._getframe(2), target)
         if init is None:
             return None
         add(target, init)

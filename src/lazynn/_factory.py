@@ -52,7 +52,7 @@ from ._state import (
 )
 from ._tensors import is_placeholder, own_slots
 
-__all__ = ["build_factory", "construct", "draft", "is_factory"]
+__all__ = ["build_factory", "construct", "draft", "is_factory", "learn", "realize"]
 
 
 def is_factory(obj: object) -> bool:
@@ -154,10 +154,13 @@ def _prebuild_ties(model: nn.Module, drafting: Drafting) -> None:
 
 
 def learn(
-    factory: Callable[[], Any], examples: tuple[Any, ...], kw_examples: dict[str, Any]
-) -> tuple[list[Entry], dict[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
-    """Steps 1 and 2: each lazy layer's entry, and the meta inputs of the other lazy modules
-    (torch's, custom mixins) by path."""
+    factory: Callable[[], Any],
+    examples: tuple[Any, ...],
+    kw_examples: dict[str, Any],
+    dtype: torch.dtype | None = None,
+) -> FactoryRecipe:
+    """Steps 1 and 2: each lazy layer's entry (class, arguments, sizes), and the meta inputs
+    of the other lazy modules (torch's, custom mixins), by path."""
     with BUILD_LOCK:
         model, drafting = draft(factory)
         _prebuild_ties(model, drafting)
@@ -171,30 +174,30 @@ def learn(
                 "pass inputs (or a training/eval mode) that reach these layers; nothing was built",
             )
         )
-    sizes = rehearsal.sizes
     entries = list(drafting.entries)
     for path, module in model.named_modules():
         state = find_state(module)
-        if state is None or state.index < 0 or module not in sizes:
+        if state is None or state.index < 0 or module not in rehearsal.sizes:
             continue
+        sizes = rehearsal.sizes[module]
         known = entries[state.index]
-        if known.sizes is not None and known.sizes != sizes[module]:
+        if known.sizes is not None and known.sizes != sizes:
             raise InferenceError(
                 message(
                     f"{type(module).__name__} at '{path}'",
                     f"the sizes of the copies of one lazy layer to agree ({known.sizes} at "
                     f"'{known.path}')",
-                    f"{sizes[module]}",
+                    f"{sizes}",
                     "construct a lazy layer for each place that takes inputs of other sizes",
                 )
             )
-        entries[state.index] = Entry(known.cls, known.kwargs, dict(sizes[module]), path)
+        entries[state.index] = Entry(known.cls, known.kwargs, dict(sizes), path)
     others = {
         path: rehearsal.inputs[m]
         for path, m in model.named_modules()
         if m in rehearsal.inputs and is_lazy_module(m)
     }
-    return entries, others
+    return FactoryRecipe(factory, tuple(entries), others, dtype)
 
 
 def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
@@ -217,6 +220,20 @@ def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
     return model
 
 
+def realize(recipe: FactoryRecipe) -> nn.Module:
+    """The model of ``recipe`` (step 3), on the current default device: constructed, its
+    other lazy modules built, converted to the recipe's dtype."""
+    model = construct(recipe.factory, list(recipe.entries))
+    with torch.inference_mode(False):
+        for path, (args, kwargs) in recipe.others.items():
+            module = model.get_submodule(path)
+            if is_lazy_module(module):  # torch's lazy layers, custom mixins: their own build
+                module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
+    if recipe.dtype is not None:
+        model.to(recipe.dtype)
+    return model
+
+
 def build_factory(
     factory: Callable[[], Any],
     examples: tuple[Any, ...],
@@ -225,22 +242,15 @@ def build_factory(
     dtype: torch.dtype | None,
 ) -> nn.Module:
     """``lazynn.build(factory, *examples, device=, dtype=)`` (see the module doc)."""
-    entries, others = learn(factory, examples, kw_examples)
+    recipe = learn(factory, examples, kw_examples, dtype)
     rng = RandomState()
     try:
         with torch.device(device) if device is not None else contextlib.nullcontext():
-            model = construct(factory, entries)
-        with torch.inference_mode(False):
-            for path, (args, kwargs) in others.items():
-                module = model.get_submodule(path)
-                if is_lazy_module(module):  # torch's lazy layers, custom mixins: their own build
-                    module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
-        if dtype is not None:
-            model.to(dtype)
+            model = realize(recipe)
         run_ready(model)  # work queued with lazynn.on_build for the layers built just now
     except BaseException:
         rng.restore()
         raise
     if device is not None and device.type == "meta":
-        FACTORY_BUILT[model] = FactoryRecipe(factory, tuple(entries), dtype)
+        FACTORY_BUILT[model] = recipe  # materialize() runs it again, on the target
     return model

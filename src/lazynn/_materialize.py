@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from ._adopt import adopt
 from ._construct import new
 from ._deferred import Init
 from ._deferred import run as run_inits
@@ -35,7 +36,7 @@ from ._progress import Progress
 from ._queue import run_ready
 from ._sharded import ShardedInit, init_mode, sharded_failure
 from ._snapshot import RandomState, Snapshot
-from ._state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild
+from ._state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild
 from ._tensors import copy_values, own_slots, own_tensors
 
 __all__ = ["Allocate", "Construct", "CopyValues", "Initialize", "materialize", "plan_steps"]
@@ -306,6 +307,19 @@ def materialize(
     device(type='cpu')
     """
     target = torch.device(device) if device is not None else torch.get_default_device()
+    recipe = FACTORY_BUILT.get(model)
+    if recipe is not None:  # made by lazynn.build(factory, ..., device="meta")
+        with BUILD_LOCK:
+            snapshot, rng = Snapshot(model), RandomState()
+            try:
+                with torch.inference_mode(False):
+                    adopt(model, recipe, target)
+                run_ready(model)  # work queued with lazynn.on_build
+            except BaseException:
+                snapshot.restore()
+                rng.restore()
+                raise
+        return model
     unbuilt = [p for p, m in model.named_modules() if is_lazy_module(m)]
     if unbuilt:
         raise LazynnError(

@@ -230,7 +230,7 @@ class _Placeholder:
         self = args[0] if args else None
         if func not in _NATIVE and any(probed(v) for v in (*args, *kwargs.values())):
             return on_probes(func, args, kwargs)
-        kept = keep(func, attr, args, kwargs, sys._getframe(1))
+        kept = keep(func, attr, args, kwargs)
         if kept is not None:
             return kept
         with torch._C.DisableTorchFunctionSubclass():

@@ -45,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._errors import LazynnError, first_line, message
 
-__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode", "sharded_failure"]
+__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode", "region", "sharded_failure"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
 _FILLS: dict[Any, Callable[..., Any]] = {
@@ -149,7 +149,7 @@ def draw_region(
             out[a - first : b - first].copy_(buffer.view(hi - lo, *full_shape[1:])[index])
 
 
-def _region(tensor: Any) -> tuple[int, ...] | None:
+def region(tensor: Any) -> tuple[int, ...] | None:
     """The offset in the full tensor of this rank's shard of a DTensor (its local tensor is
     the block there), or None for a placement that holds no block of it (``Partial``)."""
     # (torch.distributed.tensor imports sympy: only a process holding DTensors gets here, and
@@ -197,7 +197,7 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        from torch.distributed.tensor import DTensor  # (see _region)
+        from torch.distributed.tensor import DTensor  # (see region)
 
         name = func.__name__.split(".")[0]
         if isinstance(kwargs.get("out"), DTensor):  # (eye_: torch.eye(out=...), per shard)
@@ -239,7 +239,7 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 "index of it), whose shards are not blocks of the parameter",
                 "initialize it before sharding (materialize, then shard), or fill it whole",
             )
-        offset = _region(target)
+        offset = region(target)
         if offset is None:
             raise self._refuse(f"the placements {tuple(target.placements)}")
         if not local.is_contiguous():

@@ -265,7 +265,11 @@ class FactoryRecipe:
 
     factory: Any
     entries: tuple[Entry, ...]
-    dtype: torch.dtype | None
+    #: the other lazy modules (torch's, custom mixins) by path -> the meta inputs of their
+    #: first call in the rehearsal (they build themselves from them)
+    others: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
+    #: the dtype the model is converted to after its construction, or None
+    dtype: torch.dtype | None = None
 
 
 #: Models the factory form built on meta -> how materialize() makes their values (weak).

@@ -1,0 +1,196 @@
+"""Real-shaped models, init code as published (tests/real_models.py): the lazy port equals the
+eager model bit for bit, every tensor and the random generator, on every path to a built model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves
+
+import lazynn
+from distributed_util import pack, run_ranks, unpack
+from real_models import EAGER, LAZY, MODELS, RealModel, every_tensor
+
+NAMES = sorted(MODELS)
+INSTANCE = [n for n in NAMES if MODELS[n].instance]
+
+
+def examples(model: RealModel) -> tuple[Any, ...]:
+    """The example inputs as lazynn.build takes them: shapes and dtypes only."""
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return lazynn.Spec(tuple(value.shape), value.dtype)
+        return type(value)(spec(v) for v in value)
+
+    return tuple(spec(v) for v in model.inputs())
+
+
+def eager_twin(model: RealModel) -> tuple[nn.Module, torch.Tensor]:
+    """The eager model under seed 0, and the generator's state after its construction."""
+    torch.manual_seed(0)
+    eager = model.make(EAGER)
+    return eager, torch.get_rng_state()
+
+
+def tie_groups(model: nn.Module) -> list[list[str]]:
+    """The names that share one tensor, for each shared tensor."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in every_tensor(model).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return sorted(g for g in groups.values() if len(g) > 1)
+
+
+def assert_same_model(lazy: nn.Module, eager: nn.Module, ties: bool = True) -> None:
+    """The same classes, every tensor bit for bit (by name), the same ties."""
+    assert [type(m) for m in lazy.modules()] == [type(m) for m in eager.modules()]
+    mine, theirs = every_tensor(lazy), every_tensor(eager)
+    assert mine.keys() == theirs.keys()
+    for name, tensor in theirs.items():
+        other = mine[name]
+        assert type(other) is type(tensor), name
+        assert other.dtype == tensor.dtype and other.device == tensor.device, name
+        assert other.requires_grad == tensor.requires_grad, name
+        assert torch.equal(other, tensor), name
+    if ties:
+        assert tie_groups(lazy) == tie_groups(eager)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_factory_form_builds_the_eager_model(name: str) -> None:
+    model = MODELS[name]
+    eager, after_eager = eager_twin(model)
+    torch.manual_seed(0)
+    lazy = lazynn.build(model.factory(LAZY), *examples(model))
+    assert torch.equal(torch.get_rng_state(), after_eager)
+    assert_same_model(lazy, eager)
+    assert not lazynn.is_lazy(lazy)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_factory_form_on_meta_then_materialize_is_the_eager_model(name: str) -> None:
+    model = MODELS[name]
+    eager, after_eager = eager_twin(model)
+    torch.manual_seed(0)
+    lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
+    assert all(t.is_meta for t in every_tensor(lazy).values() if t.is_floating_point())
+    lazynn.materialize(lazy, "cpu")
+    assert torch.equal(torch.get_rng_state(), after_eager)
+    assert_same_model(lazy, eager)
+    assert_same_outputs(lazy, eager, model)
+
+
+def assert_same_outputs(lazy: nn.Module, eager: nn.Module, model: RealModel) -> None:
+    """In eval mode, the same outputs on the model's inputs (a module that keeps its own view
+    of its tensors, as nn.LSTM's flat weights, must see the new ones)."""
+    eager.eval(), lazy.eval()
+    inputs = model.inputs()
+    mine, theirs = tree_leaves(lazy(*inputs)), tree_leaves(eager(*inputs))
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_built_model_computes_what_the_eager_one_does(name: str) -> None:
+    model = MODELS[name]
+    eager, _ = eager_twin(model)
+    torch.manual_seed(0)
+    assert_same_outputs(lazynn.build(model.factory(LAZY), *examples(model)), eager, model)
+
+
+@pytest.mark.parametrize("name", INSTANCE)
+def test_an_eager_checkpoint_loads_into_the_unbuilt_instance(name: str) -> None:
+    model = MODELS[name]
+    eager, _ = eager_twin(model)
+    with torch.no_grad():  # values of its own, unlike any initialization
+        for tensor in eager.parameters():
+            tensor.add_(1.0)
+    lazy = model.make(LAZY)
+    assert lazynn.is_lazy(lazy)
+    rng = torch.get_rng_state()
+    lazy.load_state_dict(eager.state_dict())
+    assert torch.equal(torch.get_rng_state(), rng)  # every lazy tensor came from the checkpoint
+    assert_same_model(lazy, eager)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("form", ["built", "meta and assign"])
+def test_an_eager_checkpoint_loads_into_the_factory_form(name: str, form: str) -> None:
+    model = MODELS[name]
+    eager, _ = eager_twin(model)
+    with torch.no_grad():
+        for tensor in eager.parameters():
+            tensor.add_(1.0)
+    if form == "built":
+        lazy = lazynn.build(model.factory(LAZY), *examples(model))
+        lazy.load_state_dict(eager.state_dict())
+    else:  # the large-model recipe: no memory for values the checkpoint replaces
+        lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
+        lazy.load_state_dict(eager.state_dict(), assign=True)
+        lazynn.materialize(lazy, "cpu")  # what the checkpoint lacks (non-persistent buffers)
+    # (assign=True gives each key its own parameter: ties are re-made by the model's code,
+    # as for an eager model loaded so)
+    assert_same_model(lazy, eager, ties=form == "built")
+
+
+# --- FSDP2 on 2 ranks -------------------------------------------------------------------------
+
+
+def _sharded_worker(rank: int, world: int) -> dict[str, Any]:
+    """Each model: the factory form on meta, fully_shard (each block, then the root; a model
+    with ties, the root only), materialize; every tensor gathered, and the next draw."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    report: dict[str, Any] = {}
+    for name in NAMES:
+        model = MODELS[name]
+        torch.manual_seed(0)
+        lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
+        if not tie_groups(lazy):  # (tied parameters must be in one FSDP group)
+            blocks = [
+                block
+                for parent in lazy.modules()
+                if type(parent) in (nn.Sequential, nn.ModuleList)
+                for block in parent
+                if type(block) not in (nn.Sequential, nn.ModuleList)
+                and any(True for _ in block.parameters())
+            ]
+            for block in blocks[::-1]:  # (inner blocks first)
+                fully_shard(block, mesh=mesh)
+        fully_shard(lazy, mesh=mesh)
+        lazynn.materialize(lazy, "cpu")
+        tensors = every_tensor(lazy)
+        report[name] = {
+            "sharded": sorted(n for n, t in tensors.items() if isinstance(t, DTensor)),
+            "tensors": {
+                n: pack(t.full_tensor() if isinstance(t, DTensor) else t)
+                for n, t in tensors.items()
+            },
+            "next_draw": pack(torch.rand(4)),
+        }
+    return report
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_the_factory_form_sharded_by_fsdp2_is_the_eager_model() -> None:
+    ranks = run_ranks(_sharded_worker, world=2, timeout=240)
+    for name in NAMES:
+        eager, _ = eager_twin(MODELS[name])
+        next_draw = torch.rand(4)
+        theirs = every_tensor(eager)
+        for r in ranks:
+            got = r[name]
+            assert got["sharded"], f"rank {r['rank']}: {name} has no sharded parameter"
+            assert got["tensors"].keys() == theirs.keys()
+            for key, tensor in theirs.items():
+                assert torch.equal(unpack(got["tensors"][key]), tensor), (r["rank"], name, key)
+            assert torch.equal(unpack(got["next_draw"]), next_draw), (r["rank"], name)
