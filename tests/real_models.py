@@ -64,22 +64,22 @@ class Kit:
 
     lazy = False
 
-    def Linear(self, i: int, o: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def Linear(self, i: int, o: int, **kw: Any) -> nn.Module:
         return nn.Linear(i, o, **kw)
 
-    def Conv2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:  # noqa: N802
+    def Conv2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:
         return nn.Conv2d(i, o, k, **kw)
 
-    def ConvTranspose2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:  # noqa: N802
+    def ConvTranspose2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:
         return nn.ConvTranspose2d(i, o, k, **kw)
 
-    def BatchNorm2d(self, c: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def BatchNorm2d(self, c: int, **kw: Any) -> nn.Module:
         return nn.BatchNorm2d(c, **kw)
 
-    def LayerNorm(self, d: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def LayerNorm(self, d: int, **kw: Any) -> nn.Module:
         return nn.LayerNorm(d, **kw)
 
-    def LSTM(self, i: int, h: int, n: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def LSTM(self, i: int, h: int, n: int, **kw: Any) -> nn.Module:
         return nn.LSTM(i, h, n, **kw)
 
 
@@ -88,22 +88,22 @@ class LazyKit(Kit):
 
     lazy = True
 
-    def Linear(self, i: int, o: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def Linear(self, i: int, o: int, **kw: Any) -> nn.Module:
         return lazynn.LazyLinear(o, **kw)
 
-    def Conv2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:  # noqa: N802
+    def Conv2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:
         return lazynn.LazyConv2d(o, k, **kw)
 
-    def ConvTranspose2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:  # noqa: N802
+    def ConvTranspose2d(self, i: int, o: int, k: Any, **kw: Any) -> nn.Module:
         return lazynn.LazyConvTranspose2d(o, k, **kw)
 
-    def BatchNorm2d(self, c: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def BatchNorm2d(self, c: int, **kw: Any) -> nn.Module:
         return lazynn.LazyBatchNorm2d(**kw)
 
-    def LayerNorm(self, d: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def LayerNorm(self, d: int, **kw: Any) -> nn.Module:
         return lazynn.LazyLayerNorm(**kw)
 
-    def LSTM(self, i: int, h: int, n: int, **kw: Any) -> nn.Module:  # noqa: N802
+    def LSTM(self, i: int, h: int, n: int, **kw: Any) -> nn.Module:
         return lazynn.LazyLSTM(h, n, **kw)
 
 
@@ -114,8 +114,14 @@ EAGER, LAZY = Kit(), LazyKit()
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, kit: Kit, inplanes: int, planes: int, stride: int = 1,
-                 downsample: nn.Module | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        inplanes: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         width = planes
         self.conv1 = kit.Conv2d(inplanes, width, 1, bias=False)
@@ -138,8 +144,14 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, kit: Kit, layers: tuple[int, ...] = (1, 1, 1, 1), width: int = 8,
-                 num_classes: int = 10, zero_init_residual: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        layers: tuple[int, ...] = (1, 1, 1, 1),
+        width: int = 8,
+        num_classes: int = 10,
+        zero_init_residual: bool = True,
+    ) -> None:
         super().__init__()
         self.kit = kit
         self.inplanes = width
@@ -170,7 +182,7 @@ class ResNet(nn.Module):
             downsample = nn.Sequential(
                 kit.Conv2d(
                     self.inplanes, planes * Bottleneck.expansion, 1, stride=stride, bias=False
-                ),  # fmt: skip
+                ),
                 kit.BatchNorm2d(planes * Bottleneck.expansion),
             )
         layers = [Bottleneck(kit, self.inplanes, planes, stride, downsample)]
@@ -236,8 +248,17 @@ class ViTBlock(nn.Module):
 
 
 class ViT(nn.Module):
-    def __init__(self, kit: Kit, img_size: int = 32, patch: int = 8, in_chans: int = 3,
-                 num_classes: int = 10, dim: int = 32, depth: int = 2, heads: int = 4) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        img_size: int = 32,
+        patch: int = 8,
+        in_chans: int = 3,
+        num_classes: int = 10,
+        dim: int = 32,
+        depth: int = 2,
+        heads: int = 4,
+    ) -> None:
         super().__init__()
         self.patch_embed = PatchEmbed(kit, img_size, patch, in_chans, dim)
         num_patches = self.patch_embed.num_patches
@@ -309,9 +330,15 @@ class ConvNeXtBlock(nn.Module):
 
 
 class ConvNeXt(nn.Module):
-    def __init__(self, kit: Kit, in_chans: int = 3, num_classes: int = 10,
-                 depths: tuple[int, ...] = (1, 1), dims: tuple[int, ...] = (16, 32),
-                 head_init_scale: float = 0.5) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        in_chans: int = 3,
+        num_classes: int = 10,
+        depths: tuple[int, ...] = (1, 1),
+        dims: tuple[int, ...] = (16, 32),
+        head_init_scale: float = 0.5,
+    ) -> None:
         super().__init__()
         self.downsample_layers = nn.ModuleList()
         stem = nn.Sequential(
@@ -389,8 +416,16 @@ class GPTBlock(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, kit: Kit, vocab_size: int = 64, block_size: int = 16, n_layer: int = 2,
-                 n_head: int = 4, n_embd: int = 32, hf_tie: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        vocab_size: int = 64,
+        block_size: int = 16,
+        n_layer: int = 2,
+        n_head: int = 4,
+        n_embd: int = 32,
+        hf_tie: bool = False,
+    ) -> None:
         super().__init__()
         self.transformer = nn.ModuleDict(
             {
@@ -520,8 +555,15 @@ class LlamaBlock(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, kit: Kit, vocab_size: int = 64, dim: int = 32, n_layers: int = 2,
-                 n_heads: int = 4, max_seq_len: int = 16) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        vocab_size: int = 64,
+        dim: int = 32,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        max_seq_len: int = 16,
+    ) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab_size, dim)
         self.layers = nn.ModuleList(
@@ -602,8 +644,16 @@ class UNet(nn.Module):
 
 # --- LSTM language model (pytorch/examples) -------------------------------------------------------
 class RNNModel(nn.Module):
-    def __init__(self, kit: Kit, ntoken: int = 50, ninp: int = 16, nhid: int = 16,
-                 nlayers: int = 2, dropout: float = 0.2, tie_weights: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kit: Kit,
+        ntoken: int = 50,
+        ninp: int = 16,
+        nhid: int = 16,
+        nlayers: int = 2,
+        dropout: float = 0.2,
+        tie_weights: bool = True,
+    ) -> None:
         super().__init__()
         self.ntoken = ntoken
         self.drop = nn.Dropout(dropout)
@@ -632,7 +682,7 @@ class RNNModel(nn.Module):
         return F.log_softmax(decoded, dim=1), hidden
 
 
-# --- the table --------------------------------------------------------------------------------------
+# --- the table ---------------------------------------------------------------------------------
 def _images(*shape: int) -> Callable[[], tuple[Any, ...]]:
     return lambda: (torch.randn(*shape, generator=torch.Generator().manual_seed(1)),)
 
