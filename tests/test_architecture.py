@@ -47,6 +47,7 @@ LAYERS = [
     "_layers.recurrent",
     "_layers.transformer",
     "_memo",
+    "_twin",
     "_rehearse",
     "_queue",
     "_replay",

@@ -62,6 +62,7 @@ def unchanged(model: nn.Module, before: list[tuple[str, torch.Tensor]]) -> None:
 def test_custom_init_equals_eager_apply(how: str) -> None:
     torch.manual_seed(0)
     eager = Net(lazy=False).apply(init)
+    after_eager = torch.get_rng_state()
     torch.manual_seed(0)
     model = Net(lazy=True)
     handle = lazynn.on_build(model, lambda m: m.apply(init))
@@ -76,24 +77,30 @@ def test_custom_init_equals_eager_apply(how: str) -> None:
         assert handle.pending  # nothing to initialize on meta
         lazynn.materialize(model, "cpu")
     else:
-        rng = torch.get_rng_state()
         model.load_state_dict(eager.state_dict())
-        # The checkpoint's values, then init: the callback ran after the load. A full
-        # checkpoint draws no random numbers, so init draws from where the stream was.
-        torch.set_rng_state(rng)
-        same(model, copy.deepcopy(eager).apply(init))
-        return
+        # As the eager program: construct, initialize (the queue), then load. The stream is
+        # where the eager construction and init leave it; the values are the checkpoint's.
+        assert torch.equal(torch.get_rng_state(), after_eager)
     assert not handle.pending
     same(model, eager)
 
 
-def test_checkpoint_build_runs_the_queue_after_loading() -> None:
+def test_a_checkpoint_load_runs_the_queue_before_the_values_are_copied() -> None:
+    """Loaded values win: the queue (an init, an EMA copy) meets the layers as constructed,
+    then the checkpoint's values are copied in (construct, initialize, load)."""
     source = Net(lazy=False)
+    with torch.no_grad():
+        source.fc1.weight.fill_(7.0)
     model = Net(lazy=True)
-    seen: list[bool] = []
-    lazynn.on_build(model, lambda m: seen.append(torch.equal(m.fc1.weight, source.fc1.weight)))
+    copies: list[nn.Module] = []
+    lazynn.on_build(model, lambda m: copies.append(copy.deepcopy(m)))
+    lazynn.on_build(model, lambda m: nn.init.zeros_(m.fc1.weight))
     model.load_state_dict(source.state_dict())
-    assert seen == [True]
+    assert torch.equal(model.fc1.weight, source.fc1.weight)  # the checkpoint's
+    (ema,) = copies
+    assert not lazynn.is_lazy(ema)
+    assert ema.fc1.weight.abs().sum() > 0  # constructed values, never uninitialized memory
+    assert not torch.equal(ema.fc1.weight, source.fc1.weight)
 
 
 def test_per_layer_function_runs_before_the_layers_first_forward() -> None:

@@ -31,7 +31,8 @@ from ._layer import LazyLayer
 from ._mixin import finish, is_lazy_module, is_unbuilt
 from ._placeholder import relocate
 from ._progress import Progress
-from ._queue import run_ready
+from ._queue import Entry as QueueEntry
+from ._queue import due, ready, run_ready
 from ._rehearse import Rehearsal, rehearse
 from ._replay import Plan, plan, scratch_init
 from ._snapshot import RandomState, Snapshot
@@ -156,7 +157,9 @@ def move_to_meta(
 
 class _Allocation:
     """One allocation pass over a model, in registration order (see the module doc): each
-    kind of module has its step; fresh values of replayed eager layers are committed last."""
+    kind of module has its step. The work the program wrote between constructions (kept
+    initializations, queued functions) runs between them, in the order written: before the
+    construction of the lazy layer born after it (:meth:`run_due`)."""
 
     def __init__(
         self,
@@ -176,14 +179,40 @@ class _Allocation:
         self.on_meta = device is not None and device.type == "meta"
         #: (construction number, sizes) -> the first layer built with them (copies follow it)
         self.births: dict[tuple[Any, str], nn.Module] = {}
-        #: (eager tensor, its fresh values), committed at the end
-        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         #: (tensor, its old data), to put back on failure
         self.replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
         #: id(real tensor) -> its meta twin, so ties hold on meta
         self.shared: dict[int, torch.Tensor] = {}
-        #: initializations written on the placeholders, with the built tensors (``_deferred``)
+        #: initializations written on the placeholders, with the built tensors (``_deferred``),
+        #: not run yet; and the tensor each one ran on
         self.inits: list[tuple[Init, torch.Tensor]] = []
+        self.inits_done: dict[int, torch.Tensor] = {}
+        #: functions queued with on_build in the model, by module, not run yet
+        self.queued: list[tuple[nn.Module, QueueEntry]] = []
+
+    def run_due(self, model: nn.Module, before: int | None) -> None:
+        """Run the work written before the construction of the ``before``-th lazy layer
+        (None: all that is left), in the order written; a queued function only once its
+        module is built and allocated."""
+        if self.on_meta:
+            return  # (nothing holds values yet: materialize runs it)
+
+        def written(after: int) -> bool:
+            return before is None or after <= before
+
+        inits = [pair for pair in self.inits if written(pair[0].after)]
+        queued = [pair for pair in self.queued if written(pair[1].after) and ready(pair[0])]
+        if not inits and not queued:
+            return
+        self.inits = [pair for pair in self.inits if not written(pair[0].after)]
+        self.queued = [pair for pair in self.queued if pair not in queued]
+        work: list[tuple[int, Any]] = [(init.order, (init, t)) for init, t in inits]
+        work += [(entry.order, (module, entry)) for module, entry in queued]
+        for _, item in sorted(work, key=lambda pair: pair[0]):
+            if isinstance(item[0], Init):
+                run_inits([item], self.inits_done)
+            else:
+                run_ready(model, only=[item[1]])
 
     def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
         if module in self.rehearsal.sizes and is_unbuilt(module):
@@ -241,8 +270,10 @@ class _Allocation:
         if self.on_meta:
             move_to_meta(module, self.shared)  # materialize() initializes it in order
             return
-        twin = scratch_init(module)  # commit at the end
-        self.pending += zip(own_tensors(module), own_tensors(twin), strict=True)
+        twin = scratch_init(module)
+        for tensor, fresh in zip(own_tensors(module), own_tensors(twin), strict=True):
+            self.replaced.append((tensor, tensor.data))
+            tensor.data = fresh.data
 
     def tied(self, module: nn.Module) -> None:
         """An eager layer kept as it is: its construction's draws are replayed and dropped."""
@@ -250,11 +281,6 @@ class _Allocation:
             move_to_meta(module, self.shared, only_shared=True)  # follow moved ties
         elif self.plan.start is not None:
             scratch_init(module)  # draws what its construction drew; keeps the tie
-
-    def commit(self) -> None:
-        for tensor, fresh in self.pending:
-            self.replaced.append((tensor, tensor.data))
-            tensor.data = fresh.data
 
     def undo(self) -> None:
         for tensor, old in self.replaced:
@@ -287,15 +313,16 @@ def _allocate(
             with torch.inference_mode(False), torch.no_grad():
                 if chosen.start is not None:
                     torch.set_rng_state(chosen.start)
+                allocation.queued = due(model)
                 for path, module in order:
+                    state = find_state(module)
+                    if state is not None and module in rehearsal.sizes and is_unbuilt(module):
+                        allocation.run_due(model, before=state.birth)
                     allocation.visit(path, module, lazy)
-                allocation.commit()
-                # the model's initialization code, in the order it was written: after every
-                # layer's construction, as an init loop at the end of __init__ runs
-                run_inits(allocation.inits)
+                allocation.run_due(model, before=None)
                 if not allocation.on_meta and (device is not None or dtype is not None):
                     model.to(device=device, dtype=dtype)
-            run_ready(model)  # work queued with lazynn.on_build
+            run_ready(model)  # work queued with lazynn.on_build, still waiting
         except BaseException:
             allocation.undo()
             snapshot.restore()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -42,12 +43,14 @@ from ._errors import (
     CALL_NOT_FORWARD,
     INIT_FIX,
     QUEUE_IT,
+    InferenceError,
     UnbuiltError,
     frame_locals,
     message,
+    module_path,
     torch_phrase,
 )
-from ._state import context, find_state
+from ._state import WAITING, context, find_state
 from ._tensors import is_placeholder
 
 __all__ = [
@@ -57,11 +60,14 @@ __all__ = [
     "find_tool",
     "find_wrapper",
     "refusal",
+    "refuse_under_export",
+    "refuse_under_functorch",
     "scripted_path",
     "under_dynamo",
     "undo_pruning",
     "undo_wrapper",
     "untraced",
+    "warn_compiled_queue",
     "wrapper_error",
     "wrapper_refusal",
 ]
@@ -384,6 +390,61 @@ def under_dynamo() -> bool:
         frame.f_code.co_name == "initialize_lazy_module" and _DYNAMO in frame.f_code.co_filename
         for frame in _frames(2)
     )
+
+
+def warn_compiled_queue(module: nn.Module) -> None:
+    """torch.compile built ``module`` as it traced a call that its compiled wrapper did not
+    see (a compiled function calling the model): work queued with ``lazynn.on_build`` on a
+    module holding it cannot run before the traced forward. Say so (once per queue)."""
+    for waiting in list(WAITING):
+        if waiting.__dict__.get("_lazynn_compile_warned") or not any(
+            m is module for m in waiting.modules()
+        ):
+            continue
+        waiting.__dict__["_lazynn_compile_warned"] = True
+        warnings.warn(
+            f"lazynn.on_build: torch.compile is building {type(module).__name__} layer by layer "
+            f"as it traces, inside {type(waiting).__name__}, whose queued work cannot run "
+            "before the traced forward and waits: build the model before compiling a function "
+            f"that calls it ({BUILD}), or compile the model itself (torch.compile(model): its "
+            "first call builds the whole model and runs the queue before tracing)",
+            stacklevel=2,
+        )
+
+
+def refuse_under_export(module: nn.Module) -> None:
+    """torch.export (strict) traces with dynamo, whose lazy-module protocol would build the
+    layer during the export: export must not change the model. Refuse with the fix."""
+    if not under_dynamo():
+        return
+    found = find_tool()
+    if found is not None and found.name == "torch.export":
+        raise UnbuiltError(
+            message(
+                module_path(module),
+                "a built model for torch.export (an export does not change the model)",
+                "an unbuilt lazy layer",
+                found.fix,
+            )
+        )
+
+
+def refuse_under_functorch(module: nn.Module) -> None:
+    # torch._C._functorch.peek_interpreter_stack is private; torch.func has no public "is a
+    # transform active" query. Building under grad/vmap would materialize parameters inside
+    # the transform (torch's own lazy modules crash the interpreter there).
+    # tests/test_torch_internals.py checks it still exists.
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise InferenceError(
+            message(
+                module_path(module),
+                "its first call outside torch.func transforms",
+                "a first call inside torch.func.grad / vmap / jacrev (or functional_call "
+                "under one)",
+                "build the model first with a plain call, model(example), or "
+                f"{BUILD}; then apply the transform",
+            )
+        )
 
 
 def scripted_path(module: nn.Module) -> str | None:

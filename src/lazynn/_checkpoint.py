@@ -15,7 +15,7 @@ element of a tuple size, such as LayerNorm's ``normalized_shape``, is its own un
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from torch import nn
 from ._construct import Slot, key_text, slots
 from ._errors import CheckpointError, message, shape_str
 
-__all__ = ["Shapes", "checked_layout", "solve_sizes"]
+__all__ = ["Shapes", "WithAliases", "checked_layout", "solve_sizes"]
 
 #: sizes -> the shape of every tensor of the layer built with them (on meta)
 Shapes = Callable[[Mapping[str, Any]], dict[Slot, torch.Size]]
@@ -187,3 +187,53 @@ def checked_layout(
             )
         )
     return shadow
+
+
+#: the names torch's parametrization tools save a parameter under, with its shape:
+#: ``weight_norm``'s ``weight_v`` (``torch.nn.utils``) and ``original1`` (parametrizations),
+#: pruning's and the old ``spectral_norm``'s ``weight_orig``, ``parametrize``'s ``original``
+_ALIASES = (
+    "{name}_v",
+    "{name}_orig",
+    "parametrizations.{name}.original1",
+    "parametrizations.{name}.original",
+)
+
+
+class WithAliases(Mapping[str, Any]):
+    """A checkpoint as a build reads it before work queued with ``on_build`` runs: an entry
+    missing under its own name (``fc.weight``) is found under the name a parametrization tool
+    saves it with, with its shape (``fc.weight_v`` after a queued ``weight_norm``).
+
+    >>> import torch
+    >>> view = WithAliases({"fc.weight_v": torch.ones(2, 3), "fc.weight_g": torch.ones(2, 1)})
+    >>> tuple(view["fc.weight"].shape), "fc.bias" in view
+    ((2, 3), False)
+    """
+
+    def __init__(self, state_dict: Mapping[str, Any]) -> None:
+        self._entries = state_dict
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._entries:
+            return self._entries[key]
+        base, _, name = key.rpartition(".")
+        prefix = f"{base}." if base else ""
+        for alias in _ALIASES:
+            other = prefix + alias.format(name=name)
+            if other in self._entries:
+                return self._entries[other]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)

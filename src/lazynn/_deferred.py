@@ -40,7 +40,6 @@ nothing; the second run does it for real.
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ import torch
 from torch import nn
 
 from ._errors import frame_locals, func_name
+from ._state import constructed, next_order
 from ._tensors import is_placeholder, raw
 
 __all__ = [
@@ -72,8 +72,6 @@ DATA_OF = "_lazynn_data_of"
 #: a placeholder's attribute in a factory's first run (``_layout``): the meta tensor of the
 #: layer's probe shape that stands for it in the model's own ``__init__`` code
 PROBE = "_lazynn_probe"
-
-_ORDER = itertools.count()
 
 
 class _Self:
@@ -103,7 +101,10 @@ class Init:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     #: the order the program wrote it in; copies of a placeholder keep it
-    order: int = field(default_factory=lambda: next(_ORDER))
+    order: int = field(default_factory=next_order)
+    #: how many lazy layers the program had constructed when it wrote it (``build`` runs it
+    #: after constructing those, before the next)
+    after: int = field(default_factory=constructed)
 
     def run(self, tensor: torch.Tensor) -> None:
         """Run it on ``tensor`` (without autograd, as ``nn.init`` and ``.data`` do)."""
@@ -240,11 +241,14 @@ def inits_of(tensor: torch.Tensor) -> tuple[Init, ...]:
     return tensor.__dict__.get(INITS, ())  # type: ignore[no-any-return]
 
 
-def run(pending: Iterable[tuple[Init, torch.Tensor]]) -> None:
+def run(
+    pending: Iterable[tuple[Init, torch.Tensor]], done: dict[int, torch.Tensor] | None = None
+) -> None:
     """Run recorded initializations on their built tensors, in the order the program wrote
     them. Copies of one placeholder (``deepcopy``) hold the same record: it runs once, and
-    each copy takes its values (as eager copies share their original's)."""
-    done: dict[int, torch.Tensor] = {}
+    each copy takes its values (as eager copies share their original's). ``done``: the tensor
+    each record ran on so far, for runs in several parts (``build``)."""
+    done = {} if done is None else done
     for init, tensor in sorted(pending, key=lambda pair: pair[0].order):
         first = done.get(init.order)
         if first is None:

@@ -367,7 +367,9 @@ class LazyLayer(LazyModuleMixin):
             else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
                 kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
                 new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
-                store[name] = tensor.__dict__[_REPLACED] = value = new  # (a snapshot takes it back)
+                tensor.__dict__[_REPLACED] = value = new  # (a snapshot takes it back)
+                if store.get(name) is tensor:  # (a slot tied to a built tensor keeps it)
+                    store[name] = new
             pending += [(init, value) for init in inits]
         for prefix, module in eager_modules.items():
             for key, value in module.__dict__.items():
@@ -427,11 +429,13 @@ class LazyLayer(LazyModuleMixin):
         every = len(found) == len(self._lazynn.placeholders)
         # A checkpoint that holds every tensor of the layer: allocated uninitialized, its
         # values come from the checkpoint, no random number is drawn. Otherwise (strict=False,
-        # a non-persistent buffer) the layer is constructed as eager, and what the checkpoint
-        # holds overwrites it.
+        # a non-persistent buffer), or when work queued with on_build runs before the values
+        # are copied (the eager program: construct, initialize, load), the layer is
+        # constructed as eager, and what the checkpoint holds overwrites it.
         # With assign=True the checkpoint's tensors replace the layer's: nothing is allocated.
         source = None
-        if every:  # (assign=True: left on meta, since the checkpoint's tensors replace them)
+        if every and not context().loading_for_queue:
+            # (assign=True: left on meta, since the checkpoint's tensors replace them)
             source = shadow if assign else allocate_empty(shadow, self._lazynn_where())
         pending = self._lazynn_build(
             sizes, device="meta" if source is not None and assign else None, source=source

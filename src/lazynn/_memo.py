@@ -14,6 +14,7 @@ values only, returning tensors (in tuples, lists, dicts) only. Anything else run
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
@@ -104,8 +105,8 @@ def _fresh(value: Any) -> Any:
 
 
 class Memo:
-    """Installs memoizing ``forward``s on the repeated blocks of a model (in ``__dict__``,
-    so the rehearsal's Snapshot removes them) and records which block stood in for which."""
+    """Installs memoizing ``forward``s on the repeated blocks of a model (in ``__dict__``: the
+    rehearsal's twin, thrown away after) and records which block stood in for which."""
 
     def __init__(
         self, model: nn.Module, paths: dict[int, str], recorder: Recorder | None = None
@@ -148,6 +149,11 @@ class Memo:
                 for k, v in module.__dict__.items()
                 if k not in MODULE_KEYS and k not in ("_initialize_hook", "forward", STATE_KEY)
             )
+            # a forward set on the instance (``block.forward = MethodType(f, block)``): blocks
+            # run alike only with the same function
+            own = module.__dict__.get("forward")
+            if own is not None:
+                attrs += (("forward", ("callable", id(getattr(own, "__func__", own)))),)
             # a lazy layer's constructor arguments (its other state is its own: placeholders,
             # construction number)
             declared = _value_key(state.kwargs) if isinstance(state, LazyState) else None
@@ -176,7 +182,9 @@ class Memo:
         return (type(module), module.training, attrs, declared, tensors, tuple(children))
 
     def _forward(self, block: nn.Module, fingerprint: Hashable) -> Callable[..., Any]:
-        original = type(block).forward
+        # the forward the block runs: its instance's own, if set, else its class's
+        own = block.__dict__.get("forward")
+        original = own if own is not None else functools.partial(type(block).forward, block)
         path = self.paths.get(id(block), "?")
 
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -192,7 +200,7 @@ class Memo:
                     recorder.skipped(path, cost, below)
                 return _fresh(output)
             start, since = (recorder.meter(), recorder.mark()) if recorder is not None else (0, 0)
-            output = original(block, *args, **kwargs)
+            output = original(*args, **kwargs)
             if key is not None and _plain(output):
                 cost = recorder.meter() - start if recorder is not None else 0
                 below = recorder.below(path, since) if recorder is not None else {}

@@ -29,10 +29,26 @@ from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 from . import _registries  # noqa: F401  (registers the placeholders with torch)
-from ._callers import find_tool, scripted_path, under_dynamo, untraced
-from ._errors import BUILD, InferenceError, UnbuiltError, message, module_path
+from ._callers import (
+    find_tool,
+    refuse_under_export,
+    refuse_under_functorch,
+    scripted_path,
+    under_dynamo,
+    untraced,
+    warn_compiled_queue,
+)
+from ._errors import BUILD, UnbuiltError, message, module_path
 from ._snapshot import RandomState, Snapshot
-from ._state import BUILD_LOCK, STATE_KEY, context, find_state, record_construction
+from ._state import (
+    BUILD_LOCK,
+    QUEUE_KEY,
+    STATE_KEY,
+    WAITING,
+    context,
+    find_state,
+    record_construction,
+)
 from ._tensors import is_placeholder, own_slots, own_tensors
 
 __all__ = [
@@ -74,41 +90,6 @@ def in_build() -> bool:
     return context().builds > 0
 
 
-def _refuse_under_export(module: nn.Module) -> None:
-    """torch.export (strict) traces with dynamo, whose lazy-module protocol would build the
-    layer during the export: export must not change the model. Refuse with the fix."""
-    if not under_dynamo():
-        return
-    found = find_tool()
-    if found is not None and found.name == "torch.export":
-        raise UnbuiltError(
-            message(
-                module_path(module),
-                "a built model for torch.export (an export does not change the model)",
-                "an unbuilt lazy layer",
-                found.fix,
-            )
-        )
-
-
-def _refuse_under_functorch(module: nn.Module) -> None:
-    # torch._C._functorch.peek_interpreter_stack is private; torch.func has no public "is a
-    # transform active" query. Building under grad/vmap would materialize parameters inside
-    # the transform (torch's own lazy modules crash the interpreter there).
-    # tests/test_torch_internals.py checks it still exists.
-    if torch._C._functorch.peek_interpreter_stack() is not None:
-        raise InferenceError(
-            message(
-                module_path(module),
-                "its first call outside torch.func transforms",
-                "a first call inside torch.func.grad / vmap / jacrev (or functional_call "
-                "under one)",
-                "build the model first with a plain call, model(example), or "
-                f"{BUILD}; then apply the transform",
-            )
-        )
-
-
 def pre_hook(
     module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> None:
@@ -124,7 +105,7 @@ def pre_hook(
 
 def is_unbuilt(module: nn.Module) -> bool:
     """True while a lazynn module waits for its first input (its pre-hook is attached)."""
-    return "_initialize_hook" in module.__dict__
+    return "_initialize_hook" in module.__dict__ and isinstance(module, _TorchLazyModuleMixin)
 
 
 def is_lazy_module(module: nn.Module) -> bool:
@@ -241,8 +222,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         Called by the forward pre-hook, by ``initialize_parameters`` of lazynn layers and by
         dynamo (torch.compile).
         """
-        _refuse_under_functorch(module)
-        _refuse_under_export(module)
+        refuse_under_functorch(module)
+        refuse_under_export(module)
         with BUILD_LOCK:
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
@@ -277,6 +258,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             finish(module)
             if here.built_here is not None:
                 here.built_here.add(id(module))
+            if WAITING and under_dynamo():
+                warn_compiled_queue(module)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """As ``nn.Module``'s; a first call is atomic: if its forward fails, it is undone.
@@ -391,7 +374,15 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                     # load_state_dict(assign=True) passes it in the module's metadata
                     meta = args[0] if args and isinstance(args[0], dict) else {}
                     assign = bool(meta.get("assign_to_params_buffers", False))
-                    self._lazynn_build_from_state(state_dict, prefix, assign)
+                    here = context()
+                    outer = here.loading_for_queue
+                    # (its own on_build queue runs before the values are copied: built as
+                    # an eager construction, not uninitialized)
+                    here.loading_for_queue = outer or QUEUE_KEY in self.__dict__
+                    try:
+                        self._lazynn_build_from_state(state_dict, prefix, assign)
+                    finally:
+                        here.loading_for_queue = outer
         if isinstance(self, LazyModuleMixin):
             super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
         else:  # built just now, and the class swapped: load as the eager class does

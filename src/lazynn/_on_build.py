@@ -46,10 +46,13 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as TorchLazyModuleMixin
 
 from ._build import build_from
+from ._callers import untraced
+from ._checkpoint import WithAliases
 from ._errors import LazynnError, NeedsValuesError, message, module_path
-from ._mixin import in_build, rehearsing
+from ._mixin import in_build, is_unbuilt, rehearsing
 from ._queue import (
     Entry,
     add,
@@ -136,22 +139,49 @@ def on_build(module: M, fn: Callable[[M], object]) -> OnBuildHandle:
         if first:
             # prepend: the build sees the call's own arguments, before other pre-hooks run
             module.register_forward_pre_hook(_before_forward, prepend=True, with_kwargs=True)
-            module.register_load_state_dict_post_hook(_after_load)  # type: ignore[no-untyped-call]
+            module.register_load_state_dict_pre_hook(_before_load)  # type: ignore[no-untyped-call]
+        if first:
+            _take_part(module)
         return OnBuildHandle(module, entry)
+
+
+# --- torch.compile ------------------------------------------------------------------------------
+# dynamo traces a compiled model's forward, hooks included, and cannot run a whole-model build
+# inside the graph: the queue's pre-hook is a no-op there. torch.compile(model) calls the
+# model's ``_infer_parameters(model, args, kwargs)`` eagerly first, though, when the model has
+# an ``_initialize_hook`` (dynamo's lazy-module protocol: OptimizedModule._call_lazy_check).
+# A module with a queue takes part in it while the queue waits: it builds the whole model and
+# runs the queue there, as a plain first call does. (A lazy layer has the protocol already.)
+
+
+def _take_part(module: nn.Module) -> None:
+    """Give ``module`` dynamo's lazy-module protocol while its queue waits."""
+    if isinstance(module, TorchLazyModuleMixin):
+        return
+    module.__dict__["_initialize_hook"] = True  # (dynamo only asks whether it has one)
+    module.__dict__["_infer_parameters"] = _compiled_first_call
+
+
+def _compiled_first_call(module: nn.Module, args: Any, kwargs: Any = None) -> None:
+    _build_and_run(module, tuple(args), dict(kwargs or {}))
 
 
 @queue_hook
 def _before_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    if (
-        rehearsing()
-        or in_build()
-        or context().queue_running
-        or torch.compiler.is_compiling()
-        or not has_queue(module)
-    ):
+    if torch.compiler.is_compiling() or not has_queue(module):
+        # (under torch.compile, dynamo builds layer by layer as it traces, and the build of
+        # the last layer the queue waits for runs it: _mixin, _queue.run_waiting)
+        return
+    untraced(_build_and_run)(module, args, kwargs)
+
+
+def _build_and_run(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Build the whole module from a call's arguments, then run the queues in it (before the
+    call's forward, which then meets the finished module)."""
+    if rehearsing() or in_build():
         return
     with BUILD_LOCK:  # (a queue running in another thread: wait for it)
-        if not entries(module):
+        if not any(entries(m) for m in module.modules()):
             return  # run meanwhile: the forward meets the finished module
         if not ready(module):
             # Once per kind of call: a call like one tried before reaches no other layer.
@@ -183,6 +213,30 @@ def _kind(value: Any) -> Any:
 
 
 @queue_hook
-def _after_load(module: nn.Module, incompatible: Any) -> None:
-    if not rehearsing():
+def _before_load(
+    module: nn.Module,
+    state_dict: dict[str, Any],
+    prefix: str,
+    local_metadata: dict[str, Any],
+    *rest: Any,
+) -> None:
+    """A checkpoint loading into the module: build its lazy layers from the checkpoint's
+    shapes as eager constructions (their numbers drawn, their kept initializations run), run
+    the queue, and only then let torch copy the values in, as the eager program runs
+    construct, initialize, ``load_state_dict``: loaded values always win. (An entry that a
+    queued parametrization renames, ``weight_norm``'s ``weight_v``, gives its shape.)"""
+    if rehearsing() or not entries(module):
+        return
+    view = WithAliases(state_dict)
+    assign = bool((local_metadata or {}).get("assign_to_params_buffers", False))
+    here = context()
+    with BUILD_LOCK:
+        outer, here.loading_for_queue = here.loading_for_queue, True
+        try:
+            for path, layer in list(module.named_modules()):
+                build = getattr(layer, "_lazynn_build_from_state", None)
+                if is_unbuilt(layer) and build is not None:
+                    build(view, prefix + (f"{path}." if path else ""), assign)
+        finally:
+            here.loading_for_queue = outer
         run_ready(module)

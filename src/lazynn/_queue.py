@@ -13,8 +13,7 @@ True
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +22,7 @@ from torch import nn
 
 from ._mixin import is_lazy_module, is_unbuilt
 from ._snapshot import Snapshot
-from ._state import BUILD_LOCK, context
+from ._state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
 from ._tensors import is_placeholder, own_tensors
 
 __all__ = [
@@ -42,10 +41,8 @@ __all__ = [
     "tried",
 ]
 
-#: where a module keeps its queue (in its __dict__, so that a copy carries it; not a
-#: "_lazynn" name, which a lazy layer's build deletes)
-KEY = "_on_build_queue"
-_ORDER = itertools.count()
+#: where a module keeps its queue (in its __dict__, so that a copy carries it)
+KEY = QUEUE_KEY
 
 
 @dataclass(eq=False, frozen=True)
@@ -54,6 +51,9 @@ class Entry:
 
     fn: Callable[[Any], object]
     order: int
+    #: how many lazy layers the program had constructed when it queued it (``build`` runs
+    #: it after constructing those, before the next, when its module is ready by then)
+    after: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,12 @@ def entries(module: nn.Module) -> tuple[Entry, ...]:
 
 def add(module: nn.Module, fn: Callable[[Any], object]) -> tuple[Entry, bool]:
     """Queue ``fn`` on ``module``: (its entry, whether it is the first, so hooks are due)."""
-    entry = Entry(fn, next(_ORDER))
+    entry = Entry(fn, next_order(), constructed())
     queue = _queue(module)
     first = queue is None  # (a running queue keeps its hooks)
     queue = queue or Queue()
     module.__dict__[KEY] = replace(queue, entries=(*queue.entries, entry))
+    WAITING.add(module)
     return entry, first
 
 
@@ -143,6 +144,10 @@ def take(module: nn.Module, gone: list[Entry]) -> None:
 def _drop(module: nn.Module) -> None:
     """The queue is done: take it off the module, and its hooks."""
     module.__dict__.pop(KEY, None)
+    WAITING.discard(module)
+    if module.__dict__.get("_initialize_hook") is True:  # (dynamo's protocol, _on_build)
+        del module.__dict__["_initialize_hook"]
+        module.__dict__.pop("_infer_parameters", None)
     # (nn.Module's hook dicts: the handles would point at another module's dicts after a
     # deepcopy, so the hooks are found by their mark.)
     for key in [k for k, h in module._forward_pre_hooks.items() if _marked(h)]:
@@ -156,17 +161,17 @@ def _marked(hook: Any) -> bool:
     return bool(getattr(hook, "_lazynn_queue_hook", False))
 
 
-def run_ready(scope: nn.Module) -> None:
-    """Run the queued functions of ``scope`` and its submodules whose module is ready.
+def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
+    """Run the queued functions of ``scope`` and its submodules whose module is ready (of
+    those, ``only`` these if given).
 
     Atomic: if one fails, the due modules' tensors and structure are put back as they were
-    and the failed function and those after it stay queued.
+    and the failed function and those after it stay queued. The functions are taken off their
+    queues before they run: one may call the model (its queue is not run again), or build
+    another model, whose own queue then runs as usual.
     """
-    here = context()
-    if here.queue_running:
-        return  # a queued function called the model, or built: the queue is running
     with BUILD_LOCK:
-        found = [(m, e) for m, e in due(scope) if ready(m)]
+        found = [(m, e) for m, e in due(scope) if (only is None or e in only) and ready(m)]
         if not found:
             return
         modules = list({id(m): m for m, _ in found}.values())
@@ -184,7 +189,6 @@ def run_ready(scope: nn.Module) -> None:
             gone = [e for m, e in found if m is module]
             left = tuple(e for e in queue.entries if e not in gone)
             module.__dict__[KEY] = replace(queue, entries=left, running=True)
-        here.queue_running = True
         try:
             for module, entry in found:
                 entry.fn(module)
@@ -198,8 +202,6 @@ def run_ready(scope: nn.Module) -> None:
                     else:
                         tensor.data = value
             raise
-        finally:
-            here.queue_running = False
         for module in modules:  # done: a queue emptied takes its hooks off
             queue = _queue(module)
             if queue is not None and queue.entries:

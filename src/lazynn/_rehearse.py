@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +35,9 @@ from ._errors import (
 from ._layer import LazyLayer
 from ._memo import Below, Memo
 from ._mixin import is_lazy_module
-from ._placeholder import relocate
-from ._snapshot import Snapshot
 from ._state import BUILD_LOCK, Rehearsing, context
 from ._tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
+from ._twin import Twin, meta_twin
 
 __all__ = ["Call", "Rehearsal", "Spec", "TensorInfo", "as_meta", "rehearse"]
 
@@ -240,14 +238,69 @@ class _Record:
             self.calls[path].flops += sub_flops
 
 
-def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
-    """A meta stand-in for a real tensor or a placeholder (any kind)."""
-    if is_placeholder(tensor):
-        return relocate(tensor, "meta")
-    meta = tensor.detach().to("meta")
-    if isinstance(tensor, nn.Parameter):
-        return nn.Parameter(meta, tensor.requires_grad)
-    return meta
+class _Run:
+    """One run of a model (the twin) on meta inputs, hooks on every module recording what
+    happens (see :func:`rehearse`): each module's calls, the first call's inputs of the lazy
+    modules that are not lazynn's, the sizes lazynn's read, the failures by module."""
+
+    def __init__(self, root: nn.Module, count_flops: bool) -> None:
+        self.paths: dict[int, str] = {}
+        for p, m in root.named_modules(remove_duplicate=False):
+            self.paths.setdefault(id(m), p)  # a module under two names: its first, as the rows
+        self.modules = dict(root.named_modules())
+        #: lazy modules by path, and their class before the run (they build as it runs)
+        self.lazy = {p: type(m) for p, m in self.modules.items() if is_lazy_module(m)}
+        self.calls: dict[str, Call] = {}
+        self.sizes: dict[nn.Module, dict[str, Any]] = {}
+        self.inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
+        self.counter = FlopCounterMode(display=False) if count_flops else None
+        self.record = _Record(self.calls, self.counter)
+        self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
+        self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
+
+    def hook(self) -> None:
+        """Attach the recording hooks to every module."""
+        for module in self.modules.values():
+            module.register_forward_pre_hook(self.pre, prepend=True, with_kwargs=True)
+            module.register_forward_hook(self.post, with_kwargs=True, always_call=True)
+
+    def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
+        path = self.paths.get(id(module), "?")
+        event = Call(path, shapes((a, k)))
+        self.record.trace.append(event)
+        self._stack.append((path, module, a, k, sys.exc_info()[1], self.record.meter(), event))
+        if path not in self.calls:
+            self.calls[path] = Call(path, event.inputs, count=0)
+            if path in self.lazy and not isinstance(module, LazyLayer):
+                self.inputs[module] = (a, k)
+        self.calls[path].count += 1
+
+    def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
+        path, _, entry_a, entry_k, before, start, event = self._stack.pop()
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not before:  # this module's forward raised
+            self.failures.append((raised, (path, module, entry_a, entry_k)))
+            return
+        call = self.calls[path]
+        event.flops, event.outputs = self.record.meter() - start, shapes(out)
+        call.flops += event.flops
+        if not call.outputs:
+            call.outputs = event.outputs
+        lazy_cls = self.lazy.get(path)
+        if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in self.sizes:
+            self.sizes[module] = self.rehearsing.sizes[id(module)]
+
+    def __call__(self, root: nn.Module, args: Any, kwargs: Any) -> Any:
+        """Run ``root``; a failure raises naming the innermost module whose forward raised."""
+        try:
+            with self.counter if self.counter is not None else contextlib.nullcontext():
+                return root(*args, **kwargs)
+        except LazynnError:
+            raise
+        except Exception as error:
+            where = next((w for e, w in self.failures if e is error), None)
+            raise _failure(error, where, self.lazy) from error
 
 
 def rehearse(
@@ -258,10 +311,14 @@ def rehearse(
     literal: bool = False,
     training: bool | None = None,
     count_flops: bool = False,
+    own: bool = False,
 ) -> Rehearsal:
     """Run ``model`` on meta versions of the examples; return what was learnt.
 
-    The model is left exactly as it was, success or failure. A failure raises
+    The model is only read: a meta twin of it runs (``_twin``), and is thrown away after, so
+    the model is as it was, success or failure, and other threads may use it meanwhile (a
+    build, which changes it, waits for the build lock). ``own``: the model is the caller's to
+    change (a factory's first run): it runs itself. A failure raises
     :class:`~lazynn.InferenceError` naming the innermost module running when it happened,
     its type and the input shapes it received. ``memoize`` lets identical repeated blocks
     reuse one block's result (see ``_memo``). ``training`` runs every module in that mode
@@ -274,114 +331,49 @@ def rehearse(
     else:
         meta_args = as_meta(tuple(args))
         meta_kwargs = as_meta(dict(kwargs))
-    paths: dict[int, str] = {}
-    for p, m in model.named_modules(remove_duplicate=False):
-        paths.setdefault(id(m), p)  # a module under two names: its first, as in the rows
-    modules = dict(model.named_modules())
-    lazy_before = {p: type(m) for p, m in modules.items() if is_lazy_module(m)}
-    calls: dict[str, Call] = {}
-    stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
-    sizes: dict[nn.Module, dict[str, int]] = {}
-    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-
-    failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
-    counter = FlopCounterMode(display=False) if count_flops else None
-
-    record = _Record(calls, counter)
-    meter = record.meter
-
-    rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
-
-    owner = threading.get_ident()
-
-    def pre(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
-        path = paths.get(id(module), "?")
-        if threading.get_ident() != owner:
-            # Another thread runs the model while it is rehearsed: its tensors are meta twins
-            # now. (These hooks are the rehearsal's own, on every module, so they see it.)
-            raise LazynnError(
-                message(
-                    f"{type(module).__name__} at '{path}'" if path else type(module).__name__,
-                    "a model that no other thread runs while lazynn.build or lazynn.summary "
-                    "rehearses it on meta",
-                    "a call from another thread during the rehearsal",
-                    "build or summarize the model before other threads use it, or wait for "
-                    "the build; the model is unchanged",
-                )
-            )
-        event = Call(path, shapes((a, k)))
-        record.trace.append(event)
-        stack.append((path, module, a, k, sys.exc_info()[1], meter(), event))
-        if path not in calls:
-            calls[path] = Call(path, event.inputs, count=0)
-            if path in lazy_before and not isinstance(module, LazyLayer):
-                inputs[module] = (a, k)
-        calls[path].count += 1
-
-    def post(module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
-        if threading.get_ident() != owner:
-            return  # another thread's refused call (see pre)
-        path, _, entry_a, entry_k, before, start, event = stack.pop()
-        raised = sys.exc_info()[1]
-        if raised is not None and raised is not before:  # this module's forward raised
-            failures.append((raised, (path, module, entry_a, entry_k)))
-            return
-        call = calls[path]
-        event.flops, event.outputs = meter() - start, shapes(out)
-        call.flops += event.flops
-        if not call.outputs:
-            call.outputs = event.outputs
-        lazy_cls = lazy_before.get(path)
-        if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in sizes:
-            sizes[module] = rehearsing.sizes[id(module)]
-
+    # (read while no build changes it; its placeholders made as outside inference_mode)
+    with BUILD_LOCK, torch.inference_mode(False):
+        twin = None if own else meta_twin(model)
+    root = model if twin is None else twin.root
+    run = _Run(root, count_flops)
+    if training is not None:
+        for module in run.modules.values():
+            module.training = training
+    memo = Memo(root, run.paths, run.record) if memoize else None  # (before the run's hooks)
+    run.hook()
     here = context()
-    with BUILD_LOCK:
-        snapshot = Snapshot(model)
-        outer, here.rehearsal = here.rehearsal, rehearsing
-        try:
-            # (inference_mode(False): a rehearsal inside the mode builds as outside it)
-            with torch.inference_mode(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
-                if training is not None:
-                    for module in modules.values():
-                        module.training = training  # (the snapshot puts the modes back)
-                memo = Memo(model, paths, record) if memoize else None
-                for module in modules.values():
-                    for store, name, tensor in own_slots(module):
-                        store[name] = _meta_twin(tensor)
-                    # a plain tensor attribute (not a buffer), as a mask kept in __dict__
-                    for key, value in list(module.__dict__.items()):
-                        if isinstance(value, torch.Tensor) and not value.is_meta:
-                            module.__dict__[key] = _meta_twin(value)
-                    module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
-                    module.register_forward_hook(post, with_kwargs=True, always_call=True)
-                try:
-                    with counter if counter is not None else contextlib.nullcontext():
-                        output = model(*meta_args, **meta_kwargs)
-                except LazynnError:
-                    raise
-                except Exception as error:
-                    # The innermost module whose forward raised this very exception.
-                    where = next((w for e, w in failures if e is error), None)
-                    raise _failure(error, where, lazy_before) from error
-                stand_in = _propagate(memo, modules, calls, sizes, inputs) if memo else {}
-                types = {p: type(modules[stand_in.get(p, p)]).__name__ for p in modules}
-                tensors = {
-                    p: _tensor_infos(modules[stand_in.get(p, p)], snapshot, m)
-                    for p, m in modules.items()
-                }
-        finally:
-            here.rehearsal = outer
-            snapshot.restore()
-    unreached = [p for p, m in modules.items() if p in lazy_before and p not in calls]
-    return Rehearsal(calls, types, tensors, sizes, inputs, unreached, output)
+    outer, here.rehearsal = here.rehearsal, run.rehearsing
+    try:
+        # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
+        # device: what the forward creates without a device is meta, and draws nothing)
+        with torch.inference_mode(False), torch.no_grad(), torch.device("meta"):
+            output = run(root, meta_args, meta_kwargs)
+    finally:
+        here.rehearsal = outer
+    stand_in = _propagate(memo, run.modules, run.calls, run.sizes, run.inputs) if memo else {}
+    mine = dict(model.named_modules())
+    ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
+    return Rehearsal(
+        calls=run.calls,
+        types={p: type(m).__name__ for p, m in ran.items()},
+        tensors={p: _tensor_infos(ran[p], mine[p], twin) for p in run.modules},
+        sizes={_theirs(m, twin): v for m, v in run.sizes.items()},
+        inputs={_theirs(m, twin): v for m, v in run.inputs.items()},
+        unreached=[p for p in run.modules if p in run.lazy and p not in run.calls],
+        output=output,
+    )
+
+
+def _theirs(module: nn.Module, twin: Twin | None) -> nn.Module:
+    """The model's module that a module of the run stands for."""
+    return module if twin is None else twin.original(module)
 
 
 def _propagate(
     memo: Memo,
     modules: dict[str, nn.Module],
     calls: dict[str, Call],
-    sizes: dict[nn.Module, dict[str, int]],
+    sizes: dict[nn.Module, dict[str, Any]],
     inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]],
 ) -> dict[str, str]:
     """Give the lazy modules inside skipped blocks the sizes and inputs their twins learnt
@@ -403,27 +395,22 @@ def _propagate(
     return stand_in
 
 
-def _tensor_infos(
-    module: nn.Module, snapshot: Snapshot, owner: nn.Module | None = None
-) -> list[TensorInfo]:
-    """The module's own tensors after the meta build, named by the real tensors' ids.
-
-    ``owner`` is the module the infos are for, when ``module`` ran in its place (memo).
-    """
-    originals = snapshot.original_tensors(owner if owner is not None else module)
+def _tensor_infos(ran: nn.Module, owner: nn.Module, twin: Twin | None) -> list[TensorInfo]:
+    """The own tensors of the module that ran (in the twin, or in its place: memo) as the
+    build will make them, named by ``owner``'s tensors (the model's: ties counted once)."""
     infos = []
-    for _, name, tensor in own_slots(module):
+    for _, name, tensor in own_slots(ran):
         if is_placeholder(tensor):  # a lazy layer the forward never called
             continue
-        original = originals.get(name)
+        original = owner._parameters.get(name, owner._buffers.get(name))
         infos.append(
             TensorInfo(
                 name=name,
                 shape=tuple(tensor.shape),
                 dtype=tensor.dtype,
-                is_parameter=name in module._parameters,
+                is_parameter=name in ran._parameters,
                 requires_grad=bool(tensor.requires_grad),
-                persistent=name not in module._non_persistent_buffers_set,
+                persistent=name not in ran._non_persistent_buffers_set,
                 ident=id(original) if original is not None else id(tensor),
             )
         )

@@ -33,7 +33,9 @@ __all__ = [
     "BUILD_LOCK",
     "FACTORY_BUILT",
     "META_BUILT",
+    "QUEUE_KEY",
     "STATE_KEY",
+    "WAITING",
     "Constructing",
     "Context",
     "CopyFrom",
@@ -43,9 +45,11 @@ __all__ = [
     "LazyState",
     "Rebuild",
     "Rehearsing",
+    "constructed",
     "context",
     "find_state",
     "lazy_state",
+    "next_order",
     "record_construction",
 ]
 
@@ -56,6 +60,9 @@ BUILD_LOCK = threading.RLock()
 
 #: The attribute of an unbuilt lazy layer that holds its :class:`LazyState`.
 STATE_KEY = "_lazynn"
+#: The attribute of a module that holds its ``lazynn.on_build`` queue (``_queue``; not a
+#: "_lazynn" name, which a lazy layer's build deletes)
+QUEUE_KEY = "_on_build_queue"
 
 
 @dataclass
@@ -114,8 +121,6 @@ class Context:
     #: ids of the modules whose current first call has snapshotted them (their build need
     #: not snapshot again: the first call puts everything back on any failure)
     covered: set[int] = field(default_factory=set)
-    #: whether an ``on_build`` queue is running (a queued function may call the model)
-    queue_running: bool = False
     #: whether a refusal is being worded (wording it hashes placeholders: not again)
     wording: bool = False
     #: warnings of builds inside the current first call, given once its forward succeeds
@@ -123,6 +128,10 @@ class Context:
     deferred: list[str] | None = None
     #: a run of a model's factory (``lazynn.build(Net, ...)``), or None
     program: Drafting | Constructing | None = None
+    #: whether checkpoint loads build layers as eager constructions (drawing their numbers,
+    #: running their kept initializations) rather than allocating them uninitialized: work
+    #: queued with ``on_build`` runs on them before the values are copied
+    loading_for_queue: bool = False
 
 
 _LOCAL = threading.local()
@@ -213,6 +222,22 @@ def lazy_state(module: nn.Module) -> LazyState:
 
 _LAST_RNG_STATE: list[torch.Tensor] = []
 _BIRTHS = itertools.count()
+#: how many lazy modules the process has constructed (the next birth number)
+_CONSTRUCTED = [0]
+_ORDER = itertools.count()
+
+
+def constructed() -> int:
+    """How many lazy modules the process has constructed so far: work a program writes now
+    (an initialization kept on a placeholder, a queued function) comes after their
+    constructions and before the next one's, which ``build`` reproduces."""
+    return _CONSTRUCTED[0]
+
+
+def next_order() -> int:
+    """A process-wide sequence number: the order in which a program wrote its kept
+    initializations and queued functions (``_deferred``, ``_queue``)."""
+    return next(_ORDER)
 
 
 def record_construction(module: nn.Module) -> None:
@@ -228,6 +253,7 @@ def record_construction(module: nn.Module) -> None:
     record = lazy_state(module)
     record.rng = _LAST_RNG_STATE[0]
     record.birth = next(_BIRTHS)
+    _CONSTRUCTED[0] = record.birth + 1
 
 
 @dataclass(frozen=True)
@@ -274,3 +300,8 @@ class FactoryRecipe:
 
 #: Models the factory form built on meta -> how materialize() makes their values (weak).
 FACTORY_BUILT: weakref.WeakKeyDictionary[nn.Module, FactoryRecipe] = weakref.WeakKeyDictionary()
+
+
+#: Modules whose ``lazynn.on_build`` queue waits for a build (weak: a dropped model is
+#: forgotten): what torch.compile, which builds layer by layer as it traces, must know of.
+WAITING: weakref.WeakSet[nn.Module] = weakref.WeakSet()
