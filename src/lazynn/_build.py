@@ -212,7 +212,8 @@ class _Allocation:
             if isinstance(item[0], Init):
                 run_inits([item], self.inits_done)
             else:
-                run_ready(model, only=[item[1]])
+                with torch.enable_grad():  # (as outside a build: the allocation runs no_grad)
+                    run_ready(model, only=[item[1]])
 
     def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
         if module in self.rehearsal.sizes and is_unbuilt(module):

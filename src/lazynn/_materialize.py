@@ -33,7 +33,8 @@ from ._deferred import run as run_inits
 from ._errors import LazynnError, message
 from ._mixin import is_lazy_module
 from ._progress import Progress
-from ._queue import run_ready
+from ._queue import Entry as QueueEntry
+from ._queue import due, run_ready
 from ._sharded import ShardedInit, init_mode, sharded_failure
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild
@@ -279,6 +280,18 @@ class _Run:
                 tensor.copy_(value)  # a tied tensor keeps its first owner's values
 
 
+def _last_steps(model: nn.Module, steps: list[Step]) -> dict[int, list[QueueEntry]]:
+    """The functions queued in ``model`` (``on_build``), by the index of the last step that
+    allocates a tensor of their module (after it, the module is ready)."""
+    found: dict[int, list[QueueEntry]] = {}
+    for module, entry in due(model):
+        inside = {id(m) for m in module.modules()}
+        last = max((i for i, s in enumerate(steps) if id(s.module) in inside), default=None)
+        if last is not None:
+            found.setdefault(last, []).append(entry)
+    return found
+
+
 def materialize(
     model: M, device: torch.device | str | None = None, progress: bool | None = None
 ) -> M:
@@ -354,12 +367,17 @@ def materialize(
         bar = Progress(total, "lazynn.materialize", enabled=progress)
         try:
             run = _Run(target, bar)
+            queued = _last_steps(model, steps)
             # (inference_mode(False): parameters as a construction outside the mode makes them)
             with torch.inference_mode(False), torch.no_grad():
-                for step in steps:
+                for index, step in enumerate(steps):
                     run.run(step)
+                    if index in queued:  # a module with queued work is allocated: run it, as
+                        # its eager construction would at the end of its __init__
+                        with torch.enable_grad():
+                            run_ready(model, only=queued[index])
                 run_inits(run.inits)
-            run_ready(model)  # work queued with lazynn.on_build
+            run_ready(model)  # work queued with lazynn.on_build, still waiting
         except BaseException:
             snapshot.restore()
             rng.restore()
