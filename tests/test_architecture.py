@@ -28,6 +28,7 @@ LAYERS = [
     "_placeholder",
     "_registries",
     "_snapshot",
+    "_writes",
     "_mixin",
     "_infer",
     "_construct",

@@ -447,6 +447,18 @@ def test_tensors_a_parent_draws_after_a_lazy_layer_are_named_as_the_cause() -> N
     with pytest.warns(UserWarning, match=r"'cls_token', 'pos' \(tensors a module creates") as got:
         lazynn.build(model, example)
     assert "before the first lazy layer in __init__" in str(got[0].message)
+    assert "lazynn.build(Net, example) (the factory form" in str(got[0].message)
+    # the factory form: the same code, exact, with no warning
+    torch.manual_seed(0)
+    eager = _ViT(lazy=False, tokens_first=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made = lazynn.build(lambda: _ViT(lazy=True, tokens_first=False), example)
+    assert torch.equal(torch.get_rng_state(), after)
+    for a, b in zip(made.state_dict().values(), eager.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_tensors_a_parent_draws_before_its_lazy_layers_give_the_eager_twin() -> None:

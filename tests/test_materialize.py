@@ -81,3 +81,104 @@ def test_lazy_layers_tied_before_the_build_stay_tied(path: str) -> None:
             model.parameters(), [first.weight, first.bias, second.bias], strict=True
         ):
             assert torch.equal(ours, theirs)
+
+
+# --- never uninitialized memory: tensors that reset_parameters() does not set -------------
+
+
+class Attention(torch.nn.Module):
+    """Tensors its __init__ makes that its reset_parameters() leaves alone: a causal mask, a
+    gain filled with 0.5, rotary frequencies (as GPT, layer-scale and LLaMA code has them)."""
+
+    def __init__(self, lazy: bool, d: int = 8) -> None:
+        super().__init__()
+        self.q = lazynn.LazyLinear(d) if lazy else torch.nn.Linear(d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(4, 4)))
+        self.gain = torch.nn.Parameter(torch.full((d,), 0.5))
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def reset_parameters(self) -> None:
+        """(its own: sets nothing of the above)"""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(x) * self.gain + self.mask.sum() + self.inv_freq.sum()  # type: ignore[no-any-return]
+
+
+def _stack(lazy: bool) -> torch.nn.Module:
+    first = lazynn.LazyLinear(8) if lazy else torch.nn.Linear(8, 8)
+    return torch.nn.Sequential(first, Attention(lazy))
+
+
+def test_a_meta_build_keeps_the_tensors_an_initializer_cannot_remake() -> None:
+    torch.manual_seed(0)
+    eager = _stack(lazy=False)
+    torch.manual_seed(0)
+    model = lazynn.build(_stack(lazy=True), (2, 8), device="meta")
+    kept = {n for n, t in (*model.named_parameters(), *model.named_buffers()) if not t.is_meta}
+    assert kept == {"1.mask", "1.gain", "1.inv_freq"}  # their constructed values stay
+    lazynn.materialize(model, "cpu")
+    for (name, a), (_, b) in zip(
+        (*model.named_parameters(), *model.named_buffers()),
+        (*eager.named_parameters(), *eager.named_buffers()),
+        strict=True,
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_materialize_refuses_tensors_no_initializer_writes_and_leaves_the_model_on_meta() -> None:
+    with torch.device("meta"):
+        model = _stack(lazy=False)  # an eager model constructed on meta
+    with pytest.raises(lazynn.LazynnError, match="no initializer writes") as caught:
+        lazynn.materialize(model, "cpu")
+    for name in ("1.mask", "1.gain", "1.inv_freq"):
+        assert f"'{name}'" in str(caught.value)
+    assert "lazynn.build(Net, example, device='meta')" in str(caught.value)  # the fix
+    assert all(t.is_meta for t in (*model.parameters(), *model.buffers()))
+
+
+def test_the_factory_form_materializes_every_tensor_of_its_init() -> None:
+    torch.manual_seed(0)
+    eager = _stack(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = lazynn.build(lambda: _stack(lazy=True), (2, 8), device="meta")
+    lazynn.materialize(model, "cpu")
+    assert torch.equal(torch.get_rng_state(), after)
+    for a, b in zip(model.state_dict().values(), eager.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(model[1].inv_freq, eager[1].inv_freq)  # (not in the state_dict)
+
+
+# --- an eager head tied to the embedding, with its own bias ----------------------------------
+
+
+class TiedHead(torch.nn.Module):
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.wte = torch.nn.Embedding(20, 8)
+        self.body = lazynn.LazyLinear(8) if lazy else torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 20)  # eager, after the first lazy layer
+        self.head.weight = self.wte.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.wte(x)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_a_tied_head_after_a_lazy_layer_gets_its_bias_from_its_eager_place(
+    device: str | None,
+) -> None:
+    torch.manual_seed(0)
+    eager = TiedHead(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # exact: nothing to warn about
+        model = lazynn.build(TiedHead(lazy=True), lazynn.Spec((2, 3), torch.long), device=device)
+        if device == "meta":
+            lazynn.materialize(model, "cpu")
+    assert torch.equal(torch.get_rng_state(), after)
+    assert model.head.weight is model.wte.weight
+    for a, b in zip(model.state_dict().values(), eager.state_dict().values(), strict=True):
+        assert torch.equal(a, b)

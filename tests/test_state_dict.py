@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import io
 import re
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -422,3 +423,60 @@ def test_build_pair_round_trip(row: Row) -> None:
     assert type(fresh) is row.eager
     assert_same_state(fresh, lazy)
     assert torch.equal(row.call(fresh.eval(), x), row.call(eager.eval(), x))
+
+
+# --- checkpoints written by older code --------------------------------------------------------
+
+
+def _versioned(state: dict[str, torch.Tensor], version: int) -> OrderedDict[str, torch.Tensor]:
+    """A state_dict as older code saved it: its modules' version in the metadata."""
+    old = OrderedDict(state)
+    old._metadata = OrderedDict({"": {"version": version}})  # type: ignore[attr-defined]
+    return old
+
+
+def test_a_batchnorm_checkpoint_without_num_batches_tracked_gives_zero() -> None:
+    """torchvision's published ResNet weights predate num_batches_tracked."""
+    source = nn.BatchNorm2d(3)
+    state = {k: v for k, v in source.state_dict().items() if k != "num_batches_tracked"}
+    targets = [nn.BatchNorm2d(3), nn.LazyBatchNorm2d(), lazynn.LazyBatchNorm2d()]
+    for target in targets:  # (the eager class and torch's lazy one give 0: lazynn's too)
+        target.load_state_dict(_versioned(state, 1))
+        assert target.num_batches_tracked.item() == 0, type(target)
+
+
+class MLPBlock(nn.Sequential):
+    """torchvision's MLPBlock: its old checkpoints name the layers linear_1 and linear_2, and
+    its _load_from_state_dict renames them."""
+
+    _version = 2
+
+    def __init__(self, in_dim: int, mlp_dim: int) -> None:
+        super().__init__(
+            nn.Linear(in_dim, mlp_dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp_dim, in_dim)
+        )
+
+    def _load_from_state_dict(
+        self, state_dict: Any, prefix: str, local_metadata: Any, *args: Any
+    ) -> None:
+        version = local_metadata.get("version", None)
+        if version is None or version < 2:
+            for i in range(2):
+                for kind in ("weight", "bias"):
+                    old_key = f"{prefix}linear_{i + 1}.{kind}"
+                    if old_key in state_dict:
+                        state_dict[f"{prefix}{3 * i}.{kind}"] = state_dict.pop(old_key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
+def test_a_lazy_class_whose_load_renames_old_keys_takes_an_old_checkpoint() -> None:
+    source = MLPBlock(4, 8)
+    renamed = {"0.": "linear_1.", "3.": "linear_2."}
+    old = {renamed[k[:2]] + k[2:]: v for k, v in source.state_dict().items()}
+    eager = MLPBlock(4, 8)
+    eager.load_state_dict(_versioned(old, 1))
+    lazy = lazynn.lazy(MLPBlock, in_dim=lazynn.Infer(dim=-1))(8)
+    lazy.load_state_dict(_versioned(old, 1))
+    assert type(lazy) is MLPBlock
+    for a, b in zip(lazy.state_dict().values(), eager.state_dict().values(), strict=True):
+        assert torch.equal(a, b)

@@ -15,7 +15,7 @@ changed since construction (then they are kept, with a warning).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -138,13 +138,20 @@ def _retarget(module: nn.Module, device: torch.device | None, dtype: torch.dtype
 
 
 def move_to_meta(
-    module: nn.Module, shared: dict[int, torch.Tensor], only_shared: bool = False
+    module: nn.Module,
+    shared: dict[int, torch.Tensor],
+    only_shared: bool = False,
+    names: Collection[str] | None = None,
 ) -> None:
     """Move a module's own tensors to meta, one meta tensor per real one (ties kept);
-    ``only_shared``: move only those another module already moved (its tied weights)."""
+    ``only_shared``: move only those another module already moved (its tied weights);
+    ``names``: move only these (and the shared ones), the others keep their values."""
     for store, name, tensor in own_slots(module):
-        if tensor.is_meta or (only_shared and id(tensor) not in shared):
+        moved = id(tensor) in shared
+        if tensor.is_meta or (only_shared and not moved):
             continue
+        if names is not None and name not in names and not moved:
+            continue  # (its initializer does not write it: materialize could not remake it)
         if id(tensor) not in shared:
             meta = torch.empty_like(tensor, device="meta")
             shared[id(tensor)] = (
@@ -183,6 +190,8 @@ class _Allocation:
         self.replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
         #: id(real tensor) -> its meta twin, so ties hold on meta
         self.shared: dict[int, torch.Tensor] = {}
+        #: ids of the tensors of the modules visited so far (a tensor seen again is a tie)
+        self.earlier: set[int] = set()
         #: initializations written on the placeholders, with the built tensors (``_deferred``),
         #: not run yet; and the tensor each one ran on
         self.inits: list[tuple[Init, torch.Tensor]] = []
@@ -232,6 +241,7 @@ class _Allocation:
             self.replayed(module)
         elif module in self.plan.tied:
             self.tied(module)
+        self.earlier.update(id(t) for t in own_tensors(module))
 
     def lazynn_layer(self, module: LazyLayer) -> None:
         """Construct it for real (or on meta) with its inferred sizes; a copy of a layer built
@@ -268,8 +278,8 @@ class _Allocation:
 
     def replayed(self, module: nn.Module) -> None:
         """An eager layer re-initialized from its eager position in the stream."""
-        if self.on_meta:
-            move_to_meta(module, self.shared)  # materialize() initializes it in order
+        if self.on_meta:  # materialize() initializes it in order: what its initializer writes
+            move_to_meta(module, self.shared, names=self.plan.written.get(module))
             return
         twin = scratch_init(module)
         for tensor, fresh in zip(own_tensors(module), own_tensors(twin), strict=True):
@@ -277,11 +287,28 @@ class _Allocation:
             tensor.data = fresh.data
 
     def tied(self, module: nn.Module) -> None:
-        """An eager layer kept as it is: its construction's draws are replayed and dropped."""
-        if self.on_meta:
-            move_to_meta(module, self.shared, only_shared=True)  # follow moved ties
+        """An eager layer tied to an earlier one: its construction's draws are replayed; its
+        own untied tensors (a tied head's bias) take them, unless changed since."""
+        retied = module in self.plan.retied
+        if self.on_meta:  # follow moved ties; materialize() re-initializes a retied layer
+            if retied:  # (its tied tensors follow their first owner, moved or not)
+                tied = {name for _, name, t in own_slots(module) if id(t) in self.earlier}
+                names = self.plan.written.get(module, frozenset()) - tied
+                move_to_meta(module, self.shared, names=names)
+            else:
+                move_to_meta(module, self.shared, only_shared=True)
         elif self.plan.start is not None:
-            scratch_init(module)  # draws what its construction drew; keeps the tie
+            twin = scratch_init(module)  # draws what its construction drew; keeps the tie
+            if retied:
+                earlier = {id(t) for t in self.shared_before(module)}
+                for tensor, fresh in zip(own_tensors(module), own_tensors(twin), strict=True):
+                    if id(tensor) not in earlier:
+                        self.replaced.append((tensor, tensor.data))
+                        tensor.data = fresh.data
+
+    def shared_before(self, module: nn.Module) -> list[torch.Tensor]:
+        """The tensors of ``module`` that a module registered before it holds too."""
+        return [t for t in own_tensors(module) if id(t) in self.earlier]
 
     def undo(self) -> None:
         for tensor, old in self.replaced:

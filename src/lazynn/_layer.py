@@ -437,6 +437,10 @@ class LazyLayer(LazyModuleMixin):
         if every and not context().loading_for_queue:
             # (assign=True: left on meta, since the checkpoint's tensors replace them)
             source = shadow if assign else allocate_empty(shadow, self._lazynn_where())
+            for name in self.known_buffers:  # (their eager value, zero: a checkpoint written
+                known = source._buffers.get(name)  # before num_batches_tracked lacks it)
+                if known is not None and not known.is_meta:
+                    known.zero_()
         pending = self._lazynn_build(
             sizes, device="meta" if source is not None and assign else None, source=source
         )

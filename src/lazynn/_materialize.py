@@ -39,6 +39,7 @@ from ._sharded import ShardedInit, init_mode, sharded_failure
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild
 from ._tensors import copy_values, own_slots, own_tensors
+from ._writes import Writes
 
 __all__ = ["Allocate", "Construct", "CopyValues", "Initialize", "materialize", "plan_steps"]
 
@@ -236,6 +237,17 @@ class _Run:
         #: initializations written on the placeholders of layers built on meta, with their
         #: tensors, run after every step in the order they were written
         self.inits: list[tuple[Init, torch.Tensor]] = []
+        #: (module path, name, tensor) of each tensor an Allocate step gave new memory: its
+        #: initializer must write it (``_writes``)
+        self.fresh: list[tuple[str, str, torch.Tensor]] = []
+
+    def unwritten(self, writes: Writes) -> list[str]:
+        """The tensors given memory that nothing wrote: they would hold garbage."""
+        return [
+            f"{p}.{n}" if p else n
+            for p, n, t in self.fresh
+            if getattr(t, "_local_tensor", t).numel() and not writes.wrote(t)  # (an empty shard
+        ]  # holds nothing)
 
     def note_inits(self, module: nn.Module, record: Rebuild | CopyFrom) -> None:
         for init, path, name in record.inits:
@@ -262,7 +274,13 @@ class _Run:
             self.bar.advance(count)
         elif isinstance(step, Allocate):
             count = _meta_numel(iter([step.module]))
+            before = set(self.allocated)
             keep = _allocate_own(step.module, self.target, self.allocated)
+            self.fresh += [
+                (step.path, name, t)
+                for _, name, t in own_slots(step.module)
+                if any(self.allocated[k] is t for k in set(self.allocated) - before)
+            ]
             self.kept[id(step.module)] = [(t, t.detach().clone()) for t in keep]
             self.bar.advance(count)
         else:
@@ -278,6 +296,23 @@ class _Run:
                 raise
             for tensor, value in self.kept.pop(id(step.module), []):
                 tensor.copy_(value)  # a tied tensor keeps its first owner's values
+
+
+def _unwritten_error(left: list[str]) -> LazynnError:
+    return LazynnError(
+        message(
+            "lazynn.materialize",
+            "initializers (reset_parameters()) that write every meta tensor they are given",
+            "tensors no initializer writes: "
+            + ", ".join(f"'{t}'" for t in left[:8])
+            + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+            + " (made in __init__: a mask or rotary buffer, a gain), which would hold "
+            "uninitialized memory",
+            "construct the model with lazynn.build(Net, example, device='meta') (the factory "
+            "form: materialize then runs your __init__ itself), or set these tensors in the "
+            "module's reset_parameters(); the model is unchanged, on meta",
+        )
+    )
 
 
 def _last_steps(model: nn.Module, steps: list[Step]) -> dict[int, list[QueueEntry]]:
@@ -369,7 +404,7 @@ def materialize(
             run = _Run(target, bar)
             queued = _last_steps(model, steps)
             # (inference_mode(False): parameters as a construction outside the mode makes them)
-            with torch.inference_mode(False), torch.no_grad():
+            with torch.inference_mode(False), torch.no_grad(), Writes() as writes:
                 for index, step in enumerate(steps):
                     run.run(step)
                     if index in queued:  # a module with queued work is allocated: run it, as
@@ -377,6 +412,9 @@ def materialize(
                         with torch.enable_grad():
                             run_ready(model, only=queued[index])
                 run_inits(run.inits)
+            left = run.unwritten(writes)
+            if left:
+                raise _unwritten_error(left)
             run_ready(model)  # work queued with lazynn.on_build, still waiting
         except BaseException:
             snapshot.restore()

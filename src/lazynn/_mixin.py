@@ -368,25 +368,46 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 tensor.materialize(value.shape)  # type: ignore[attr-defined]
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        meta = args[0] if args and isinstance(args[0], dict) else {}
+        eager = self.__dict__.get("cls_to_become") or type(self).cls_to_become
+        if is_unbuilt(self) and eager is not None and isinstance(self, eager):  # type: ignore[arg-type]
+            # Built inside nn.Module's own _load_from_state_dict (as its first pre-hook): after
+            # the eager class's _load_from_state_dict has run, which may rename the keys of
+            # older checkpoints (torchvision's MLPBlock), and before the values are copied.
+            def build(state: Any, at: str, *_: Any) -> None:
+                self._lazynn_load_build(state, at, meta)
+
+            hooks = self._load_state_dict_pre_hooks
+            handle = self._register_load_state_dict_pre_hook(build)  # type: ignore[no-untyped-call]
+            hooks.move_to_end(handle.id, last=False)  # type: ignore[attr-defined]
+            try:
+                super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
+            finally:
+                handle.remove()
+            return
         if is_unbuilt(self):  # type: ignore[arg-type]
-            with BUILD_LOCK:
-                if is_unbuilt(self):  # type: ignore[arg-type]
-                    # load_state_dict(assign=True) passes it in the module's metadata
-                    meta = args[0] if args and isinstance(args[0], dict) else {}
-                    assign = bool(meta.get("assign_to_params_buffers", False))
-                    here = context()
-                    outer = here.loading_for_queue
-                    # (its own on_build queue runs before the values are copied: built as
-                    # an eager construction, not uninitialized)
-                    here.loading_for_queue = outer or QUEUE_KEY in self.__dict__
-                    try:
-                        self._lazynn_build_from_state(state_dict, prefix, assign)
-                    finally:
-                        here.loading_for_queue = outer
+            self._lazynn_load_build(state_dict, prefix, meta)
         if isinstance(self, LazyModuleMixin):
             super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
         else:  # built just now, and the class swapped: load as the eager class does
             type(self)._load_from_state_dict(self, state_dict, prefix, *args)
+
+    def _lazynn_load_build(self, state_dict: Any, prefix: str, meta: dict[str, Any]) -> None:
+        """Build from a checkpoint being loaded, once (another thread may build it first)."""
+        with BUILD_LOCK:
+            if not is_unbuilt(self):  # type: ignore[arg-type]
+                return
+            # load_state_dict(assign=True) passes it in the module's metadata
+            assign = bool(meta.get("assign_to_params_buffers", False))
+            here = context()
+            outer = here.loading_for_queue
+            # (its own on_build queue runs before the values are copied: built as an eager
+            # construction, not uninitialized)
+            here.loading_for_queue = outer or QUEUE_KEY in self.__dict__
+            try:
+                self._lazynn_build_from_state(state_dict, prefix, assign)
+            finally:
+                here.loading_for_queue = outer
 
     def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
         # Through the eager class; a placeholder's detach() is a placeholder.

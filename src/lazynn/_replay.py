@@ -21,8 +21,10 @@ their values (with a warning).
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,6 +32,7 @@ from torch import nn
 
 from ._state import find_state
 from ._tensors import is_placeholder, own_slots, own_tensors
+from ._writes import Writes
 
 __all__ = ["Plan", "plan", "reset_of", "scratch_init"]
 
@@ -40,11 +43,18 @@ def reset_of(module: nn.Module) -> Any:
     return reset if callable(reset) else None
 
 
-def scratch_init(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` re-initialized by its ``reset_parameters()`` (draws its numbers)."""
+def scratch_init(module: nn.Module, writes: Writes | None = None) -> nn.Module:
+    """A copy of ``module`` re-initialized by its ``reset_parameters()`` (draws its numbers);
+    ``writes`` records what the initializer writes."""
     twin: Any = copy.deepcopy(module)
-    twin.reset_parameters()
+    with writes if writes is not None else contextlib.nullcontext():
+        twin.reset_parameters()
     return twin  # type: ignore[no-any-return]
+
+
+def _written(twin: nn.Module, writes: Writes) -> frozenset[str]:
+    """The names of ``twin``'s own tensors its initializer wrote."""
+    return frozenset(name for _, name, t in own_slots(twin) if writes.wrote(t))
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,12 @@ class Plan:
     #: eager layers kept as they are, whose construction's draws are replayed (on a scratch
     #: copy) to keep the stream aligned: tied weights, and layers the user changed
     tied: frozenset[nn.Module] = frozenset()
+    #: of ``tied``, those whose own untied tensors are re-initialized in place, as the eager
+    #: construction draws them (a head tied to an embedding, with its own bias)
+    retied: frozenset[nn.Module] = frozenset()
+    #: replayed (and retied) layers -> the names of their own tensors their initializer
+    #: writes: ``build(device="meta")`` moves only these to meta, the others keep their values
+    written: Mapping[nn.Module, frozenset[str]] = field(default_factory=dict)
     #: why the model may differ from an eager one, for a warning
     notes: tuple[str, ...] = ()
 
@@ -98,59 +114,80 @@ def plan(
             )
         return Plan(notes=notes)
     owned = {id(t) for _, m in order[: first + 1] for t in own_tensors(m)}
-    replay, tied, found, stopped, end = _rehearse_stream(state.rng, eager_after, owned)
+    stream = _Stream(owned)
+    end = stream.replay(state.rng, eager_after)
     # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
-    if stopped is None and not torch.equal(end, now):
-        return Plan(tied=frozenset(tied), notes=(_drift_note(order, path),))
-    return Plan(state.rng, frozenset(replay), frozenset(tied), tuple(found))
+    if stream.stopped is None and not torch.equal(end, now):
+        return Plan(tied=frozenset(stream.tied), notes=(_drift_note(order, path),))
+    return Plan(
+        state.rng,
+        frozenset(stream.replay_set),
+        frozenset(stream.tied),
+        frozenset(stream.retied),
+        stream.written,
+        tuple(stream.notes),
+    )
 
 
-def _rehearse_stream(
-    start: torch.Tensor, eager_after: list[tuple[str, nn.Module]], owned: set[int]
-) -> tuple[set[nn.Module], set[nn.Module], list[str], str | None, torch.Tensor]:
-    """Replay the eager layers' construction draws from ``start`` on scratch copies:
-    (replayable layers, tied or changed ones, notes, the first layer that cannot be replayed,
-    the generator state at the end). The generator is left as it was."""
-    replay: set[nn.Module] = set()
-    tied: set[nn.Module] = set()
-    notes: list[str] = []
-    stopped = None
-    saved = torch.get_rng_state()
-    try:
-        torch.set_rng_state(start)
-        for path, module in eager_after:
-            tensors = own_tensors(module)
-            if any(id(t) in owned for t in tensors):
-                tied.add(module)
-                if reset_of(module) is not None:
-                    scratch_init(module)
-            elif stopped is None and reset_of(module) is not None:
-                twin = scratch_init(module)
-                same = all(
-                    torch.equal(a, b)
-                    for a, b in zip(own_tensors(twin), tensors, strict=True)
-                    if not a.is_meta and not b.is_meta
+class _Stream:
+    """The replay of the eager layers' construction draws from the first lazy layer's state,
+    on scratch copies (see :func:`plan`): which layers replay, which are tied or changed,
+    what each initializer writes, and where the stream ends. The generator is left as it was.
+    """
+
+    def __init__(self, owned: set[int]) -> None:
+        #: ids of the tensors of the modules before (a tensor seen again is a tie)
+        self.owned = owned
+        self.replay_set: set[nn.Module] = set()
+        self.tied: set[nn.Module] = set()
+        self.retied: set[nn.Module] = set()
+        self.written: dict[nn.Module, frozenset[str]] = {}
+        self.notes: list[str] = []
+        #: the first layer that cannot be replayed (no reset_parameters), or None
+        self.stopped: str | None = None
+
+    def replay(self, start: torch.Tensor, eager_after: list[tuple[str, nn.Module]]) -> torch.Tensor:
+        saved = torch.get_rng_state()
+        try:
+            torch.set_rng_state(start)
+            for path, module in eager_after:
+                self.one(path, module)
+            end = torch.get_rng_state()
+        finally:
+            torch.set_rng_state(saved)
+        if self.stopped is not None:
+            self.notes.append(
+                f"'{self.stopped}' initializes outside reset_parameters() (or has none): from "
+                "it on, eager layers keep their constructed values and may differ from an eager "
+                "model; lazynn.build(Net, example) (the factory form) constructs it exactly"
+            )
+        return end
+
+    def one(self, path: str, module: nn.Module) -> None:
+        tensors = own_tensors(module)
+        tied = any(id(t) in self.owned for t in tensors)
+        if (tied or self.stopped is None) and reset_of(module) is not None:
+            writes = Writes()
+            twin = scratch_init(module, writes)
+            mine = [
+                (a, b)
+                for a, b in zip(own_tensors(twin), tensors, strict=True)
+                if id(b) not in self.owned and not a.is_meta and not b.is_meta
+            ]
+            same = all(torch.equal(a, b) for a, b in mine)
+            if same and (not tied or self.stopped is None):
+                self.written[module] = _written(twin, writes)
+                (self.retied if tied else self.replay_set).add(module)
+            if tied or not same:  # changed by the user: kept, but the stream advances past it
+                self.tied.add(module)
+            if not same:
+                self.notes.append(
+                    f"kept the values of '{path}': they were changed after construction, so "
+                    "it was not re-initialized in construction order"
                 )
-                if same:
-                    replay.add(module)
-                else:  # changed by the user: kept, but the stream advances past its init
-                    tied.add(module)
-                    notes.append(
-                        f"kept the values of '{path}': they were changed after "
-                        "construction, so it was not re-initialized in construction order"
-                    )
-            elif stopped is None:
-                stopped = path
-            owned.update(id(t) for t in tensors)
-        end = torch.get_rng_state()
-    finally:
-        torch.set_rng_state(saved)
-    if stopped is not None:
-        notes.append(
-            f"'{stopped}' initializes outside reset_parameters() (or has none): from it on, "
-            "eager layers keep their constructed values and may differ from an eager model"
-        )
-    return replay, tied, notes, stopped, end
+        elif not tied and self.stopped is None:
+            self.stopped = path
+        self.owned.update(id(t) for t in tensors)
 
 
 def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
@@ -184,10 +221,12 @@ def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
             f"creates in its own __init__, around the lazy layer '{first}') may have drawn "
             "random numbers after that layer was constructed, which lazynn cannot replay, or "
             f"numbers were drawn between constructing the model and build(): {effect}; for an "
-            "exact eager twin, create such tensors before the first lazy layer in __init__ "
-            "(or in a reset_parameters()), and seed, construct, then build"
+            "exact eager twin, construct the model with lazynn.build(Net, example) (the "
+            "factory form: it runs your __init__ with every size known), or create such "
+            "tensors before the first lazy layer in __init__"
         )
     return (
         "random numbers were drawn between constructing the model and build(): "
-        f"{effect}; for an exact eager twin, seed, construct, then build"
+        f"{effect}; for an exact eager twin, seed, construct, then build, or construct it with "
+        "lazynn.build(Net, example) (the factory form)"
     )
