@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,14 +62,13 @@ def is_factory(obj: object) -> bool:
     return callable(obj) and not isinstance(obj, nn.Module)
 
 
-def _made(factory: Callable[[], Any], result: object) -> nn.Module:
+def _made(factory: Callable[[], Any], result: object, where: str) -> nn.Module:
     if not isinstance(result, nn.Module):
         raise LazynnError(
             message(
-                "lazynn.build(factory)",
+                where,
                 "a factory that returns an nn.Module when called with no arguments",
-                f"{getattr(factory, '__name__', repr(factory))}() returning "
-                f"{type(result).__name__}",
+                f"a call that returned {type(result).__name__}",
                 "pass the model class (lazynn.build(Net, example)), functools.partial(Net, "
                 "config), or a lambda that returns the model",
             )
@@ -111,14 +111,17 @@ def _watching_ties(drafting: Drafting) -> Iterator[None]:
             handle.remove()
 
 
-def draft(factory: Callable[[], Any]) -> tuple[nn.Module, Drafting]:
+def draft(
+    factory: Callable[[], Any], where: str = "lazynn.build(factory)"
+) -> tuple[nn.Module, Drafting]:
     """The factory's first run, on meta (see the module doc): the model, every lazy layer
-    unbuilt, and what the run recorded. Draws no random number (any generator is put back)."""
+    unbuilt, and what the run recorded. Draws no random number (any generator is put back).
+    ``where`` names the caller in errors."""
     drafting = Drafting()
     rng = RandomState()
     try:
         with _program(drafting), _watching_ties(drafting), torch.device("meta"):
-            model = _made(factory, factory())
+            model = _made(factory, factory(), where)
     finally:
         rng.restore()
     for module in model.modules():
@@ -204,7 +207,7 @@ def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
     """Step 3: the factory run for real, each lazy layer its eager class with its sizes."""
     constructing = Constructing(entries)
     with _program(constructing):
-        model = _made(factory, factory())
+        model = _made(factory, factory(), "lazynn.build(factory)")
     built = sum(1 for e in entries[: constructing.position] if e.sizes is not None)
     expected = sum(1 for e in entries if e.sizes is not None)
     if built != expected:
@@ -243,6 +246,16 @@ def build_factory(
 ) -> nn.Module:
     """``lazynn.build(factory, *examples, device=, dtype=)`` (see the module doc)."""
     recipe = learn(factory, examples, kw_examples, dtype)
+    if recipe.others:
+        warnings.warn(
+            "lazynn.build(factory): "
+            + ", ".join(f"'{p}'" for p in recipe.others)
+            + " is torch's own lazy layer (or a LazyModuleMixin of your own): it builds after "
+            "the model's construction, so its numbers, and those drawn after it, are not the "
+            "eager model's; use lazynn's layers (lazynn.LazyLinear..., lazynn.lazy(cls)) for "
+            "an exact eager twin",
+            stacklevel=3,
+        )
     rng = RandomState()
     try:
         with torch.device(device) if device is not None else contextlib.nullcontext():

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ._errors import InferenceError, LazynnError, first_line, message
+from ._factory import draft, is_factory
 from ._memory import Memory, training_memory
 from ._mixin import is_lazy_module
 from ._rehearse import Call, Rehearsal, Spec, rehearse
@@ -33,7 +34,7 @@ _TRIES = (2, 3)
 
 
 def summary(
-    model: nn.Module,
+    model: nn.Module | Callable[[], nn.Module],
     *example_inputs: Any,
     mode: str = "train",
     training: bool = False,
@@ -44,6 +45,9 @@ def summary(
 
     Args:
         model: any ``nn.Module``; lazy layers are reported with the sizes the examples give.
+            Or its factory (``Net``, ``functools.partial(Net, config)``, a lambda), as for
+            :func:`lazynn.build`: it is constructed on meta only (its ``__init__`` code runs
+            there, drawing nothing).
         *example_inputs, **example_kwargs: as for :func:`lazynn.build`: tensors, shapes,
             :class:`lazynn.Spec` (whose first dimension may be a name: a symbolic batch).
         mode: ``"train"`` (the default, as a first call in training) or ``"eval"``: the
@@ -73,6 +77,9 @@ def summary(
         raise LazynnError(
             message("lazynn.summary", "mode='train' or mode='eval'", repr(mode), "pass one of them")
         )
+    if is_factory(model):
+        model, _ = draft(model, "lazynn.summary(factory)")  # type: ignore[arg-type]
+    assert isinstance(model, nn.Module)
     batch = _symbol(example_inputs, example_kwargs)
     train = mode == "train"
     if batch is None:

@@ -23,8 +23,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import torch
 from torch import nn
+
+from ._errors import LazynnError
+from ._factory import draft
 
 __all__ = ["CommandError", "Target", "construct", "load_factory", "parse_target"]
 
@@ -192,21 +194,21 @@ def load_factory(target: Target) -> Callable[..., Any]:
 def construct(target: Target, factory: Callable[..., Any]) -> nn.Module:
     """Call the factory with TARGET's arguments on the meta device: the model."""
     kwargs = dict(target.kwargs)
-    with torch.device("meta"):
-        try:
-            model = factory(*target.args, **kwargs)
-        except Exception as error:
-            text = f"{target.text}{'' if target.called else '()'} failed: "
-            text += f"{type(error).__name__}: {error}"
-            if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
-                text += (
-                    f". Fix: pass its arguments in the target, in Python call syntax: "
-                    f"'{target.source}:{target.name}(...)'; its signature: "
-                    f"{target.name}{_signature(factory)}"
-                )
-            raise CommandError(text) from None
-    if not isinstance(model, nn.Module):
-        raise CommandError(f"{target.text} returned {type(model).__name__}, expected an nn.Module")
+    text = f"{target.text}{'' if target.called else '()'}"
+    try:
+        # the factory form: its __init__ code (init loops, sizes read off lazy layers) runs
+        model, _ = draft(lambda: factory(*target.args, **kwargs), text)
+    except LazynnError:
+        raise
+    except Exception as error:
+        text += f" failed: {type(error).__name__}: {error}"
+        if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
+            text += (
+                f". Fix: pass its arguments in the target, in Python call syntax: "
+                f"'{target.source}:{target.name}(...)'; its signature: "
+                f"{target.name}{_signature(factory)}"
+            )
+        raise CommandError(text) from None
     return model
 
 
