@@ -4,6 +4,7 @@ eager model bit for bit, every tensor and the random generator, on every path to
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -195,3 +196,70 @@ def test_the_factory_form_sharded_by_fsdp2_is_the_eager_model() -> None:
             for key, tensor in theirs.items():
                 assert torch.equal(unpack(got["tensors"][key]), tensor), (r["rank"], name, key)
             assert torch.equal(unpack(got["next_draw"]), next_draw), (r["rank"], name)
+
+
+# --- tensor parallel, and 2-D (FSDP2 across TP) ----------------------------------------------
+
+
+def _llama_plan(model: nn.Module) -> dict[str, Any]:
+    """torchtitan's plan for a LLaMA block: column-wise in, row-wise out."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan: dict[str, Any] = {}
+    for i, _ in enumerate(model.layers):
+        for name in ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1"):
+            plan[f"layers.{i}.{name}"] = ColwiseParallel()
+        plan[f"layers.{i}.feed_forward.w3"] = ColwiseParallel()
+        for name in ("attention.wo", "feed_forward.w2"):
+            plan[f"layers.{i}.{name}"] = RowwiseParallel()
+    return plan
+
+
+def _parallel_worker(rank: int, world: int, dims: tuple[int, ...]) -> dict[str, Any]:
+    """The LLaMA model in the factory form on meta, tensor parallel on the last mesh dimension
+    (and FSDP2 across the first, 2-D), materialized; every tensor gathered."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    names = ("dp", "tp") if len(dims) == 2 else ("tp",)
+    mesh = init_device_mesh("cpu", dims, mesh_dim_names=names)
+    model = MODELS["llama"]
+    torch.manual_seed(0)
+    lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
+    parallelize_module(lazy, mesh["tp"], _llama_plan(lazy))
+    if len(dims) == 2:
+        for layer in lazy.layers:
+            fully_shard(layer, mesh=mesh["dp"])
+        fully_shard(lazy, mesh=mesh["dp"])
+    lazynn.materialize(lazy, "cpu")
+    tensors = every_tensor(lazy)
+    return {
+        "placements": {
+            n: [repr(p) for p in t.placements] for n, t in tensors.items() if isinstance(t, DTensor)
+        },
+        "tensors": {
+            n: pack(t.full_tensor() if isinstance(t, DTensor) else t) for n, t in tensors.items()
+        },
+        "next_draw": pack(torch.rand(4)),
+    }
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("dims", [(2,), (2, 2)], ids=["tp", "2-d"])
+def test_the_factory_form_in_tensor_parallel_and_2d_is_the_eager_model(
+    dims: tuple[int, ...],
+) -> None:
+    ranks = run_ranks(_parallel_worker, dims, world=math.prod(dims), timeout=240)
+    eager, _ = eager_twin(MODELS["llama"])
+    next_draw = torch.rand(4)
+    theirs = every_tensor(eager)
+    for r in ranks:
+        assert "Shard(dim=0)" in r["placements"]["layers.0.attention.wq.weight"]
+        assert "Shard(dim=1)" in r["placements"]["layers.1.feed_forward.w2.weight"]
+        assert r["tensors"].keys() == theirs.keys()
+        for key, tensor in theirs.items():
+            assert torch.equal(unpack(r["tensors"][key]), tensor), (r["rank"], key)
+        assert torch.equal(unpack(r["next_draw"]), next_draw), r["rank"]
