@@ -18,6 +18,7 @@ import inspect
 import io
 import pathlib
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -322,3 +323,55 @@ def test_functorch_interpreter_stack_query_exists() -> None:
     torch.func.grad(probe)(torch.ones(2))
     assert seen
     assert seen[0] is not None
+
+
+# --- what the factory form, kept initializations, the twin and on_build rely on -------------
+
+
+def test_trunc_normal_asks_is_meta_first_from_its_helper() -> None:
+    """_deferred keeps nn.init.trunc_normal_ on a placeholder when torch's helper
+    _no_grad_trunc_normal_ asks the tensor's is_meta (and returns at once for meta)."""
+    helper = torch.nn.init._no_grad_trunc_normal_  # type: ignore[attr-defined]
+    source = inspect.getsource(helper)
+    assert source.index("tensor.is_meta") < source.index(".normal_(")
+    assert list(inspect.signature(helper).parameters)[:6] == [
+        "tensor", "mean", "std", "a", "b", "generator",
+    ]  # fmt: skip
+    layer = lazynn.LazyLinear(3)
+    torch.nn.init.trunc_normal_(layer.weight, std=0.5)
+    (kept,) = layer.weight.__dict__["_lazynn_inits"]
+    assert kept.fn is torch.nn.init.trunc_normal_
+    assert kept.kwargs["std"] == 0.5
+
+
+def test_compiled_modules_call_the_lazy_protocol_eagerly_first() -> None:
+    """torch.compile(model) runs _infer_parameters(model, args, kwargs) before tracing when the
+    model has an _initialize_hook (on_build relies on it to build before the trace)."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    source = inspect.getsource(OptimizedModule._call_lazy_check)
+    assert "_infer_parameters" in source
+    assert '"_initialize_hook"' in inspect.getsource(OptimizedModule._initialize)
+
+
+def test_removable_handles_keep_weak_references_to_their_dicts() -> None:
+    hooks: OrderedDict[int, Any] = OrderedDict()  # (as nn.Module's: weakly referable)
+    extra: OrderedDict[int, Any] = OrderedDict()
+    handle = RemovableHandle(hooks, extra_dict=extra)
+    assert handle.hooks_dict_ref() is hooks
+    assert [ref() for ref in handle.extra_dict_ref] == [extra]
+
+
+def test_op_schemas_tell_written_arguments_and_storages_have_an_identity() -> None:
+    schema = torch.ops.aten.uniform_.default._schema
+    assert schema.arguments[0].alias_info is not None
+    assert schema.arguments[0].alias_info.is_write
+    a, b = torch.empty(2, device="meta"), torch.empty(2, device="meta")
+    assert a.untyped_storage()._cdata != b.untyped_storage()._cdata
+    assert a.untyped_storage()._cdata == a[1:].untyped_storage()._cdata
+
+
+def test_load_state_dict_pre_hooks_are_an_ordered_dict_run_by_nn_modules_load() -> None:
+    module = nn.Linear(2, 2)
+    assert isinstance(module._load_state_dict_pre_hooks, OrderedDict)
+    assert "_load_state_dict_pre_hooks" in inspect.getsource(nn.Module._load_from_state_dict)

@@ -1,11 +1,11 @@
 """The meta rehearsal: run a model's forward on meta tensors and record what happens.
 
-Every real tensor of the model is swapped for a meta twin, every placeholder for a meta
-placeholder, and the forward runs on meta example inputs: lazy layers build themselves on meta
-(their own code, so the sizes are exactly what a real first call would infer), and hooks record
-each module's input and output shapes. No memory is allocated for parameters or activations
-and no arithmetic runs. Afterwards the model is restored exactly (``Snapshot``), whatever
-happened, and the RNG state too.
+The model is only read: its twin (``_twin``: the same classes and code, every tensor a meta
+tensor, every placeholder a meta placeholder) runs on meta example inputs. Lazy layers build
+themselves on meta (their own code, so the sizes are exactly what a real first call would
+infer), and hooks record each module's input and output shapes. No memory is allocated for
+parameters or activations, no arithmetic runs, nothing is drawn, and the twin is dropped
+after: the model is as it was, whatever happened, and other threads may use it meanwhile.
 
 Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the table).
 """
