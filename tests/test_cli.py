@@ -92,6 +92,22 @@ def normed():
 
 def _private():
     return tiny()
+
+
+class Initialized(nn.Module):
+    """Init code the instance form refuses: the factory form runs it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = lazynn.LazyConv2d(4, 3)
+        self.head = LazyLinear(2)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+        self.fan_in = self.conv.in_channels * 9
+
+    def forward(self, x):
+        return self.head(self.conv(x).flatten(1))
 '''
 
 CRASHES = 'raise ValueError("fails at import\\nsecond line of the detail")\n'
@@ -175,6 +191,15 @@ def test_main_several_inputs_and_long(capsys: pytest.CaptureFixture[str], nets: 
     assert total_line(nets_total(nets)) in lines
     (embed,) = [line for line in lines if "(Embedding)" in line]
     assert embed.split()[2:6] == ["[2,", "7]", "int64", "[2,"]
+
+
+def test_a_target_whose_init_code_needs_sizes_is_summarized(
+    capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    """The target is constructed as lazynn.build's factory form constructs (on meta only)."""
+    assert main(["summary", f"{nets}:Initialized", "--input", "1x3x8x8"]) == 0
+    out = capsys.readouterr().out
+    assert total_line(3 * 4 * 9 + 4 + 4 * 36 * 2 + 2) in out
 
 
 def test_main_dtype(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
@@ -473,6 +498,7 @@ def test_no_callable_lists_what_the_file_defines(
         "blocks",
         "normed",
         "TwoInputs",
+        "Initialized",
     ]
 
 
