@@ -24,6 +24,7 @@ LAYERS = [
     "_tensors",
     "_state",
     "_callers",
+    "_refusals",
     "_deferred",
     "_placeholder",
     "_registries",

@@ -375,3 +375,14 @@ def test_load_state_dict_pre_hooks_are_an_ordered_dict_run_by_nn_modules_load() 
     module = nn.Linear(2, 2)
     assert isinstance(module._load_state_dict_pre_hooks, OrderedDict)
     assert "_load_state_dict_pre_hooks" in inspect.getsource(nn.Module._load_from_state_dict)
+
+
+def test_dynamos_graph_break_takes_lazynns_words() -> None:
+    """_refusals.compile_refusal raises through torch._dynamo.exc.unimplemented (private)."""
+    from torch._dynamo.exc import Unsupported, unimplemented
+
+    parameters = inspect.signature(unimplemented).parameters
+    for name in ("gb_type", "context", "explanation", "hints"):
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+    with pytest.raises(Unsupported, match="lazynn's explanation"):
+        unimplemented(gb_type="t", context="c", explanation="lazynn's explanation", hints=[])

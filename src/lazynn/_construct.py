@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from ._infer import unknown_parts
+from ._state import quiet
 from ._tensors import map_tensors, meta_like, own_slots, raw
 
 __all__ = [
@@ -125,8 +125,7 @@ def _meta(
     kwargs = {k: map_tensors(meta_like, v) for k, v in kwargs.items()}
     # A layout with probe sizes may warn where the real sizes would not (a zero-row
     # tensor's init): the real construction warns as eager does.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         return construct(cls, kwargs, "meta", dtype, into)
 
 

@@ -184,10 +184,12 @@ def module_path(module: nn.Module, known: str | None = None, name: str | None = 
 
 def meta_limitation(error: BaseException) -> bool:
     """Whether a failure on meta tensors says nothing about the input: an operation that
-    needs values (``.item()``, ``torch.nonzero``), which meta tensors do not hold."""
-    if isinstance(error, NotImplementedError):
-        return True
+    needs values (``.item()``, ``torch.nonzero``), which meta tensors do not hold, or that
+    has no meta kernel. (A ``NotImplementedError`` of a module's own, a forward not written
+    or an input it does not support, is about the input.)"""
     text = str(error).lower()
+    if isinstance(error, NotImplementedError):
+        return "meta" in text  # ("... with arguments from the 'Meta' backend", "Meta kernel")
     return isinstance(error, RuntimeError) and ("meta tensor" in text or "data-dependent" in text)
 
 

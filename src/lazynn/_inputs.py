@@ -14,7 +14,6 @@ what was received and the fix.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -25,6 +24,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ._construct import short_repr
 from ._errors import BUILD, InferenceError, message, meta_limitation, module_path, shape_str
 from ._infer import Infer
+from ._state import quiet
 from ._tensors import describe, is_placeholder, map_tensors, meta_like, raw
 
 __all__ = [
@@ -218,8 +218,7 @@ def run_on_meta(
     meta_kwargs = map_tensors(meta_like, dict(kwargs))
     try:
         # The real forward warns as eager does; the meta rehearsal must not warn first.
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with torch.no_grad(), quiet():
             shadow(*meta_args, **meta_kwargs)
     except Exception as error:
         if meta_limitation(error):

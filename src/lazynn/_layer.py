@@ -340,15 +340,15 @@ class LazyLayer(LazyModuleMixin):
             if value.device != target_device or value.dtype != target_dtype:
                 value = value.to(device=target_device, dtype=target_dtype)
             moves.append((own_modules[prefix], name, tensor, value))
-        # num_batches_tracked: eager's value in place, as torch's lazy norms reset it (the
-        # snapshot puts it back on a rollback); a new tensor where the build moves it
+        # num_batches_tracked: eager's value (zero) in place, as torch's lazy norms reset it
+        # (the snapshot puts it back on a rollback); a new tensor where the build moves it
         known: list[tuple[str, torch.Tensor, torch.Tensor]] = []
         for name in self.known_buffers:
             current, built = self._buffers.get(name), eager._buffers.get(name)
             if current is not None and built is not None and not is_placeholder(current):
                 where = current.device if device is None else built.device
-                built = eager_value("", name, current.device)
-                known.append((name, current, built.to(device=where, dtype=current.dtype)))
+                zero = torch.zeros(built.shape, dtype=current.dtype, device=where)
+                known.append((name, current, zero))
         for name, current, value in known:
             if current.device == value.device and not current.is_inference():
                 with torch.no_grad():

@@ -18,7 +18,6 @@ The model is walked in construction order (registration order) into a list of ex
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,7 +36,7 @@ from ._queue import Entry as QueueEntry
 from ._queue import due, run_ready
 from ._sharded import ShardedInit, init_mode, sharded_failure
 from ._snapshot import RandomState, Snapshot
-from ._state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild
+from ._state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild, quiet
 from ._tensors import copy_values, own_slots, own_tensors
 from ._writes import Writes
 
@@ -149,8 +148,7 @@ class _Walk:
             if self.whole(module, sharded=True) and ready:
                 return CopyValues(path, module, source)
         if isinstance(record, Rebuild) and self.whole(module):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with quiet():
                 shadow = new(record.cls, record.kwargs, "meta", record.dtype)
             if _layout(shadow) == _layout(module):
                 return Construct(path, module, record)
@@ -256,8 +254,7 @@ class _Run:
     def run(self, step: Step) -> None:
         if isinstance(step, Construct):
             count = _meta_numel(step.module.modules())
-            with warnings.catch_warnings():  # it warned at its construction
-                warnings.simplefilter("ignore")
+            with quiet():  # it warned at its construction
                 recipe = step.recipe
                 eager = new(recipe.cls, recipe.kwargs, self.target, recipe.dtype)
             _adopt(step.module, eager, self.allocated)

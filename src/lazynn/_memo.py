@@ -118,6 +118,8 @@ class Memo:
         #: (path of a skipped block, path of the identical block that ran), in call order
         self.aliases: list[tuple[str, str]] = []
         self._prints: dict[int, Hashable | None] = {}
+        #: (block, its own forward before, or None), to undo the installation
+        self._installed: list[tuple[nn.Module, Any]] = []
         for parent in model.modules():
             if not isinstance(parent, _CONTAINERS):
                 continue
@@ -126,7 +128,16 @@ class Memo:
                     continue
                 fingerprint = self._fingerprint(block)
                 if fingerprint is not None:
+                    self._installed.append((block, block.__dict__.get("forward")))
                     block.__dict__["forward"] = self._forward(block, fingerprint)
+
+    def undo(self) -> None:
+        """Take the memoizing forwards off (a model that outlives the rehearsal)."""
+        for block, own in self._installed:
+            if own is None:
+                block.__dict__.pop("forward", None)
+            else:
+                block.__dict__["forward"] = own
 
     def _fingerprint(self, module: nn.Module) -> Hashable | None:
         key = id(module)

@@ -1,9 +1,9 @@
 """training_memory(): the bytes one training step needs, estimated on meta.
 
-Method. The model is deep-copied with every real tensor replaced by an empty meta tensor of
-the same shape, strides and dtype (through ``deepcopy``'s memo, so a real model is never
-copied for real and tied tensors stay tied); the copy is built on meta (``lazynn.build``) if
-it has lazy layers; then:
+Method. The model's meta twin (``_twin``: its module tree with every tensor an empty meta
+tensor of the same shape and dtype, tied tensors one tensor; nothing else copied, so a model
+holding a lock or a list of tensors is fine) is built on meta if it has lazy layers (a lazy
+layer the forward does not reach stays unbuilt and is not counted); then:
 
 - ``params``: the bytes of the model's parameters and buffers, each tensor once (a tied
   weight once), ``numel * itemsize``;
@@ -55,9 +55,7 @@ True
 
 from __future__ import annotations
 
-import copy
 import inspect
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -72,12 +70,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 # use it); it compares StorageImpl addresses, which tell meta storages apart. Public module.
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ._build import build
 from ._errors import InferenceError, LazynnError, first_line, message
-from ._placeholder import UninitializedBuffer, UninitializedParameter, is_lazy
-from ._rehearse import Spec, as_meta
+from ._mixin import finish, is_unbuilt
+from ._placeholder import is_lazy
+from ._rehearse import Spec, as_meta, rehearse
 from ._snapshot import RandomState
+from ._state import BUILD_LOCK
 from ._tensors import is_placeholder, map_tensors, own_slots
+from ._twin import meta_twin
 
 __all__ = ["Memory", "training_memory"]
 
@@ -141,14 +141,19 @@ def training_memory(
     kwargs = dict(example_kwargs or {})
     saved_rng = RandomState()
     try:
-        twin = _meta_copy(model)
-        if is_lazy(twin):
-            with warnings.catch_warnings():  # (replay warnings are about the copy's values)
-                warnings.simplefilter("ignore")
-                build(twin, *example_inputs, device="meta", progress=False, **kwargs)
-        twin.to("meta")  # (a no-op unless a build left something elsewhere)
-        state = _unique(twin.parameters(), twin.buffers())
-        trainable = [p for p in _unique(twin.parameters()) if p.requires_grad]
+        with BUILD_LOCK, torch.inference_mode(False):  # (read while no build changes it)
+            twin = meta_twin(model).root
+        if is_lazy(twin):  # built on meta by a rehearsal of its own (lazy layers the forward
+            # does not reach stay unbuilt, and are not counted)
+            sizes = rehearse(twin, example_inputs, kwargs, own=True).sizes
+            for layer, found in sizes.items():  # (in blocks the rehearsal skipped: _memo)
+                if is_unbuilt(layer):
+                    layer._lazynn_build(found)  # type: ignore[operator]
+                    finish(layer)
+        state = [t for t in _unique(twin.parameters(), twin.buffers()) if not is_placeholder(t)]
+        trainable = [
+            p for p in _unique(twin.parameters()) if p.requires_grad and not is_placeholder(p)
+        ]
         states = _optimizer_states(cls, trainable, dict(optimizer_kwargs or {}))
         activations = _activations(twin, as_meta(tuple(example_inputs)), as_meta(kwargs))
     finally:
@@ -271,37 +276,6 @@ def _tensors_in(obj: Any) -> Iterator[torch.Tensor]:
 
 
 # --- the meta copy -------------------------------------------------------------------------
-def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
-    """An empty meta tensor like ``tensor`` (shape, strides, dtype; a Parameter stays one),
-    sharing nothing with it (not even a version counter)."""
-    meta = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device="meta")
-    if isinstance(tensor, nn.Parameter):
-        return nn.Parameter(meta, tensor.requires_grad)
-    return meta
-
-
-def _meta_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` whose real tensors are meta twins (placeholders are copied
-    as placeholders): the memo given to ``deepcopy`` maps each real tensor to its twin, so
-    nothing of the model's size is allocated and a tensor held twice stays one tensor."""
-    memo: dict[int, Any] = {}
-    for module in model.modules():
-        tensors = [t for _, _, t in own_slots(module)]
-        tensors += [v for v in module.__dict__.values() if isinstance(v, torch.Tensor)]
-        for tensor in tensors:
-            if id(tensor) in memo:
-                continue
-            if not is_placeholder(tensor):
-                memo[id(tensor)] = _meta_twin(tensor)
-            elif not isinstance(tensor, (UninitializedParameter, UninitializedBuffer)):
-                # torch's own placeholders, which cannot be deep-copied
-                kind: Any = type(tensor)  # (UninitializedParameter / UninitializedBuffer)
-                memo[id(tensor)] = kind(
-                    requires_grad=tensor.requires_grad, device="meta", dtype=tensor.dtype
-                )
-    return copy.deepcopy(model, memo)
-
-
 def _unique(*groups: Iterator[torch.Tensor]) -> list[torch.Tensor]:
     """The tensors, each object once, in order."""
     seen: dict[int, torch.Tensor] = {}
@@ -337,6 +311,8 @@ def _activations(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
         state: list[torch.Tensor] = []
         for module in model.modules():
             for store, name, tensor in own_slots(module):
+                if is_placeholder(tensor):  # (a lazy layer the forward does not reach)
+                    continue
                 store[name] = fake(tensor)
                 state.append(store[name])
             for key, value in list(module.__dict__.items()):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -29,16 +29,15 @@ from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 from . import _registries  # noqa: F401  (registers the placeholders with torch)
-from ._callers import (
-    find_tool,
+from ._callers import find_tool, under_dynamo, untraced
+from ._errors import UnbuiltError, message, module_path
+from ._refusals import (
     refuse_under_export,
     refuse_under_functorch,
-    scripted_path,
-    under_dynamo,
-    untraced,
+    replication_refusal,
+    scripting_refusal,
     warn_compiled_queue,
 )
-from ._errors import BUILD, UnbuiltError, message, module_path
 from ._snapshot import RandomState, Snapshot
 from ._state import (
     BUILD_LOCK,
@@ -133,6 +132,10 @@ def finish(module: nn.Module) -> None:
         module.__class__ = target
 
 
+def _call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return module(*args, **kwargs)
+
+
 def _fx_proxy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
     """The first ``torch.fx.Proxy`` among a call's arguments (fx is tracing), or None."""
     for value in (*args, *kwargs.values()):
@@ -159,6 +162,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     """
 
     cls_to_become: type[nn.Module] | None = None
+    #: whether torch.compile can build it as it traces (dynamo's lazy-module protocol)
+    _lazynn_compiles_unbuilt: ClassVar[bool] = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Skip torch's mixin __init__ (it registers torch's hooks); ours attaches lazynn's.
@@ -278,7 +283,12 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             # first run builds it)
             tracer = proxy.tracer
             return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)  # type: ignore[arg-type,attr-defined]
-        if torch.compiler.is_compiling() or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
+        compiling = torch.compiler.is_compiling()
+        if compiling and is_unbuilt(self) and not self._lazynn_compiles_unbuilt:  # type: ignore[arg-type]
+            # (a layer dynamo cannot build as it traces: after the graph break its refusal
+            # made, its first call runs uncompiled, and builds it)
+            return untraced(_call)(self, args, kwargs)
+        if compiling or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
             # (dynamo may call this on the module it has just built, whose class is swapped:
             # no super() here.)
             return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
@@ -468,32 +478,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         # torch.jit.script calls this on every submodule before it inspects any of them, so
         # a nested unbuilt layer gets this message rather than one about its `?` sizes.
         if is_unbuilt(self):
-            left = [n for n, t in self.named_parameters() if is_placeholder(t)]  # type: ignore[attr-defined]
-            left += [n for n, t in self.named_buffers() if is_placeholder(t)]  # type: ignore[attr-defined]
-            raise UnbuiltError(
-                message(
-                    module_path(self, scripted_path(self)),  # type: ignore[arg-type]
-                    "a built module for torch.jit.script",
-                    "a module that has uninitialized parameters (it is not built yet)",
-                    f"build the model first: {BUILD}, or call it once on an example input "
-                    "(or load a built checkpoint); then script it",
-                    # torch's own words (its check would come next)
-                    detail=f"'{torch.typename(type(self))}' has uninitialized parameters "
-                    f"{left}. Did you forget to run a forward pass?",
-                )
-            )
+            raise scripting_refusal(self)  # type: ignore[arg-type]
         return self
 
     def _replicate_for_data_parallel(self) -> Any:
         if not is_unbuilt(self):  # type: ignore[arg-type]
             # built, and kept its class (cls_to_become = None): replicate as nn.Module does
             return nn.Module._replicate_for_data_parallel(self)  # type: ignore[arg-type,no-untyped-call]
-        raise UnbuiltError(
-            message(
-                module_path(self),  # type: ignore[arg-type]
-                "a built module for DataParallel",
-                "an unbuilt lazy module",
-                "build the model before wrapping it: call it once on an example input "
-                "(or load a built checkpoint), then wrap it in DataParallel",
-            )
-        )
+        raise replication_refusal(self)  # type: ignore[arg-type]

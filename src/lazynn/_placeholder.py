@@ -32,9 +32,10 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
-from ._callers import distributed, refusal, untraced, wrapper_refusal
+from ._callers import distributed, untraced
 from ._deferred import INITS, PROBE, keep, on_probes, probed
 from ._errors import UnbuiltError, func_name
+from ._refusals import refusal, wrapper_refusal
 from ._tensors import is_placeholder
 from ._tensors import raw as _raw
 

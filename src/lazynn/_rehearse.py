@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.hooks import RemovableHandle
 
 from ._errors import (
     InferenceError,
@@ -259,11 +260,17 @@ class _Run:
         self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
         self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
 
-    def hook(self) -> None:
-        """Attach the recording hooks to every module."""
+    def hook(self) -> list[RemovableHandle]:
+        """Attach the recording hooks to every module; their handles."""
+        handles = []
         for module in self.modules.values():
-            module.register_forward_pre_hook(self.pre, prepend=True, with_kwargs=True)
-            module.register_forward_hook(self.post, with_kwargs=True, always_call=True)
+            handles.append(
+                module.register_forward_pre_hook(self.pre, prepend=True, with_kwargs=True)
+            )
+            handles.append(
+                module.register_forward_hook(self.post, with_kwargs=True, always_call=True)
+            )
+        return handles
 
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         path = self.paths.get(id(module), "?")
@@ -340,7 +347,7 @@ def rehearse(
         for module in run.modules.values():
             module.training = training
     memo = Memo(root, run.paths, run.record) if memoize else None  # (before the run's hooks)
-    run.hook()
+    handles = run.hook()
     here = context()
     outer, here.rehearsal = here.rehearsal, run.rehearsing
     try:
@@ -350,6 +357,11 @@ def rehearse(
             output = run(root, meta_args, meta_kwargs)
     finally:
         here.rehearsal = outer
+        if twin is None:  # the caller's model, built in place: nothing of the run stays
+            for handle in handles:
+                handle.remove()
+            if memo is not None:
+                memo.undo()
     stand_in = _propagate(memo, run.modules, run.calls, run.sizes, run.inputs) if memo else {}
     mine = dict(model.named_modules())
     ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
@@ -450,7 +462,13 @@ def _failure(
             )
         )
     fix = "check the example inputs' shapes and the layers before this one"
-    if "more than 1 value per channel when training" in str(error):
+    if isinstance(error, NotImplementedError):
+        fix = (
+            "the module does not implement this call (its forward is not written, or it does "
+            "not support inputs of these shapes): write its forward, or check the example "
+            "inputs' shapes and the layers before it"
+        )
+    elif "more than 1 value per channel when training" in str(error):
         fix = (
             "give a batch of more than one, or run in eval mode (model.eval() before "
             "lazynn.build; lazynn.summary(..., mode='eval'); lazynn summary --eval)"

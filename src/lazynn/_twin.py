@@ -52,10 +52,19 @@ __all__ = ["Twin", "meta_twin", "meta_version"]
 
 
 def meta_version(tensor: torch.Tensor) -> torch.Tensor:
-    """A meta stand-in for a real tensor or a placeholder (any kind)."""
+    """A stand-in for a real tensor or a placeholder (any kind): a meta one, but for an
+    integer scalar (a counter), which stays a real CPU scalar."""
     if is_placeholder(tensor):
         return relocate(tensor, "meta")
-    meta = tensor.detach().to("meta")
+    if tensor.dim() == 0 and not tensor.is_floating_point() and not tensor.is_complex():
+        # a counter (BatchNorm's num_batches_tracked): a real one, for a forward that reads
+        # it (momentum=None); its value decides no shape (meta, or elsewhere: a zero)
+        if tensor.device.type == "cpu":
+            return tensor.detach().clone()
+        return torch.zeros((), dtype=tensor.dtype)
+    # (a new tensor, even of a meta one: a detached one would share its version counter)
+    meta = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device="meta")
+    meta.requires_grad_(tensor.requires_grad and not isinstance(tensor, nn.Parameter))
     if isinstance(tensor, nn.Parameter):
         return nn.Parameter(meta, tensor.requires_grad)
     return meta
@@ -99,8 +108,8 @@ class _Remap:
         return found  # type: ignore[no-any-return]
 
     def __call__(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return value if value.is_meta and not is_placeholder(value) else self.tensor(value)
+        if isinstance(value, torch.Tensor):  # (a meta one too: the run may change it in place)
+            return self.tensor(value)
         if isinstance(value, nn.Module):
             return self.twins.get(id(value), value)
         if isinstance(value, LazyState):

@@ -36,6 +36,7 @@ from .._errors import (
 from .._infer import Infer
 from .._layer import LazyLayer
 from .._mixin import in_build
+from .._refusals import compile_refusal
 from .._state import find_state, lazy_state
 from .._tensors import is_placeholder
 
@@ -60,6 +61,8 @@ class _RankAgnostic(LazyLayer, nn.Module):
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]]
     _user_args: tuple[Any, ...]
+    # (torch.compile fixes the class it traces before a build: its first call runs uncompiled)
+    _lazynn_compiles_unbuilt: ClassVar[bool] = False
 
     def _agnostic_setup(
         self, args: tuple[Any, ...], only: tuple[int, ...] = (), **kwargs: Any
@@ -113,16 +116,16 @@ class _RankAgnostic(LazyLayer, nn.Module):
     def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
         if under_dynamo():
             # dynamo fixes the class it traces (cls_to_become) before it builds a lazy module;
-            # this one's class is decided by the input it has not seen yet.
-            raise InferenceError(
-                message(
-                    module_path(self),
-                    "a model built before torch.compile (this layer's class is chosen by its "
-                    "first input's rank, after torch.compile has fixed the class it traces)",
-                    f"an unbuilt lazynn.{type(self).__name__} under torch.compile",
-                    f"build first: {BUILD}, then compile; or use the "
-                    "ranked lazy class (lazynn.LazyConv2d...), which compiles unbuilt",
-                )
+            # this one's class is decided by the input it has not seen yet: a graph break
+            # (the call runs uncompiled, and builds), or with fullgraph=True, the error
+            compile_refusal(
+                f"an unbuilt lazynn.{type(self).__name__}",
+                "this layer's class is chosen by its first input's rank, after torch.compile "
+                "has fixed the class it traces",
+                [
+                    f"build first: {BUILD}, then compile",
+                    "or use the ranked lazy class (lazynn.LazyConv2d...), which compiles unbuilt",
+                ],
             )
         if in_build():
             value = args[0] if args else next(iter(kwargs.values()), None)
