@@ -340,3 +340,38 @@ def test_torchs_own_lazy_layers_and_lazy_ties() -> None:
 
     tied = training_memory(TiedPair(), ((2, 8),))
     assert tied.params == tied.gradients == 4 * (64 + 8 + 8)
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")  # (torch's flags())
+@pytest.mark.parametrize("onednn", [True, False])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_an_lstms_estimate_says_it_is_a_lower_bound_and_is_one(onednn: bool, layers: int) -> None:
+    """nn.LSTM's fused CPU kernels (oneDNN; ATen's cells) save more than a forward on fake
+    tensors shows: the report says so, and the figure is below a real step's."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(8, 16, num_layers=layers, bidirectional=layers > 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0]  # type: ignore[no-any-return]
+
+    model, x = Tagger(), torch.randn(5, 4, 8)
+    estimate = training_memory(model, (x,))
+    assert any("lower bound" in note and "'rnn'" in note for note in estimate.notes)
+    own = {StorageWeakRef(t.untyped_storage()) for t in model.parameters()}
+    saved: dict[Any, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.setdefault(StorageWeakRef(t.untyped_storage()), t)
+        return t
+
+    with (
+        torch.backends.mkldnn.flags(enabled=onednn),
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+    ):
+        model(x)
+    real = sum(t.untyped_storage().nbytes() for k, t in saved.items() if k not in own)
+    assert estimate.activations < real

@@ -41,6 +41,7 @@ __all__ = [
     "find_tool",
     "find_wrapper",
     "frames",
+    "in_checkpoint",
     "scripted_path",
     "under_dynamo",
     "untraced",
@@ -195,6 +196,16 @@ def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 #: function -> its dynamo-disabled wrapper
 _DISABLED: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+_CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
+
+
+def in_checkpoint() -> bool:
+    """Whether the call is inside ``torch.utils.checkpoint`` (either kind): its backward
+    recomputes the forward from the random state it saved at the start (a frame of torch's
+    file on the stack; tests/test_first_call_atomicity.py checks the effect)."""
+    return any(frame.f_code.co_filename.endswith(_CHECKPOINT) for frame in frames(2))
 
 
 def under_dynamo() -> bool:

@@ -29,7 +29,7 @@ from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 from . import _registries  # noqa: F401  (registers the placeholders with torch)
-from ._callers import find_tool, under_dynamo, untraced
+from ._callers import find_tool, in_checkpoint, under_dynamo, untraced
 from ._errors import UnbuiltError, message, module_path
 from ._refusals import (
     refuse_under_export,
@@ -236,7 +236,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             # (a first call of this module has snapshotted it already, and puts it back)
             own = id(module) not in here.covered
             snapshot = Snapshot(module) if own else None
-            rng = RandomState() if own else None  # a construction may draw, then fail
+            # (a construction may draw, then fail; inside torch.utils.checkpoint, the forward
+            # after the build must draw what the checkpoint's recomputation, which builds
+            # nothing, draws: the build's draws are put back)
+            checkpointed = in_checkpoint()
+            rng = RandomState() if own or checkpointed else None
             here.builds += 1
             try:
                 # (parameters as a construction outside torch.inference_mode makes them)
@@ -260,6 +264,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 raise
             finally:
                 here.builds -= 1
+            if checkpointed and rng is not None:
+                rng.restore()
             finish(module)
             if here.built_here is not None:
                 here.built_here.add(id(module))

@@ -437,6 +437,7 @@ def _totals(summary: Summary) -> list[str]:
             f"  optimizer states    {_bytes(memory.optimizer_states)}",
             f"  activations         {_bytes(memory.activations)}",
             f"  total               {_bytes(memory.total)}",
+            *(f"  note: {note}" for note in memory.notes),
         ]
     return lines
 

@@ -29,8 +29,9 @@ from ._report import Dim, Shape, Summary, SummaryRow
 __all__ = ["summary"]
 
 _MODES = ("train", "eval")
-#: the batch sizes a symbolic batch is tried with (not 1: BatchNorm refuses it in training)
-_TRIES = (2, 3)
+#: the batch sizes a symbolic batch is tried with (not 1: BatchNorm refuses it in training);
+#: the figures per sample come from the first two, the third checks they are linear
+_TRIES = (2, 3, 4)
 
 
 def summary(
@@ -103,13 +104,43 @@ def summary(
             )
             raise type(error)(f"{error}{note}") from error
     _check_batch_free(runs[0], runs[1], batch)
+    _check_linear(
+        {p: tuple(r.calls[p].flops if p in r.calls else 0 for r in runs) for p in runs[0].calls},
+        "FLOPs",
+        batch,
+    )
     report = _collect(model, runs[0], mode, batch, runs[1])
     if training:  # per sample: activations are linear in the batch, the rest does not change
-        two, three = (_estimate(model, a, k, optimizer) for a, k in tries)
+        estimates = [_estimate(model, a, k, optimizer) for a, k in tries]
+        _check_linear(
+            {"": tuple(m.activations for m in estimates)}, "saved activations (bytes)", batch
+        )
+        two, three = estimates[:2]
         per_sample = max(2 * two.activations - three.activations, 0)
         memory = dataclasses.replace(two, activations=per_sample)
         report = dataclasses.replace(report, memory=memory)
     return report
+
+
+def _check_linear(figures: dict[str, tuple[int, ...]], what: str, batch: str) -> None:
+    """Refuse per-sample figures of a cost that is not linear in the batch (attention across
+    the batch, ``h @ h.T``): ``figures`` by module path, at each batch size tried."""
+    deepest_first = sorted(figures.items(), key=lambda item: -item[0].count(".") - bool(item[0]))
+    for path, (a, b, c) in deepest_first:  # (the module that computes across the batch)
+        if c - b != b - a:
+            tried = ", ".join(
+                f"{v:,} at {batch}={n}" for v, n in zip((a, b, c), _TRIES, strict=True)
+            )
+            raise InferenceError(
+                message(
+                    f"lazynn.summary at '{path}'" if path else "lazynn.summary",
+                    f"{what} linear in the batch, to report them per sample of a symbolic "
+                    f"batch {batch!r}",
+                    f"{what} that are not ({tried}: the model computes across the batch)",
+                    "give the batch as a number (Spec((8, ...)), or --input 8x...): the "
+                    "figures are then exact for that batch",
+                )
+            )
 
 
 def _collect(
@@ -256,7 +287,7 @@ def _check_batch_free(first: Rehearsal, second: Rehearsal, batch: str) -> None:
     for path, infos in first.tensors.items():
         for a, b in zip(infos, second.tensors.get(path, []), strict=False):
             if a.shape != b.shape:
-                n, m = _TRIES
+                n, m = _TRIES[:2]
                 raise InferenceError(
                     message(
                         f"'{path}.{a.name}'" if path else f"'{a.name}'",
@@ -281,7 +312,7 @@ def _substituted(value: Any, n: int) -> Any:
 
 def _dim(a: int, b: int, batch: str) -> Dim:
     """A dimension seen as ``a`` at the first batch size and ``b`` at the second."""
-    first, second = _TRIES
+    first, second = _TRIES[:2]
     if a == b:
         return a
     if a % first == 0 and b % second == 0 and a // first == b // second:

@@ -1,0 +1,284 @@
+"""The meta rehearsal (lazynn.build, lazynn.summary) runs the model's own call path on a twin of
+it: never silently wrong, never changing the model, safe beside other threads, and its errors
+say what happened.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import types
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import lazynn
+
+# --- the model's real call path -------------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+def doubled(self: Block, x: torch.Tensor) -> torch.Tensor:
+    """A forward set on the instance, as patching and adapter libraries do."""
+    return self.fc(torch.cat([x, x], dim=-1))  # type: ignore[no-any-return]
+
+
+def test_a_forward_set_on_the_instance_is_the_one_rehearsed() -> None:
+    model = nn.Sequential(Block(), Block())
+    model[0].forward = types.MethodType(doubled, model[0])
+    report = lazynn.summary(model, (2, 4))
+    rows = {r.path: r for r in report.rows}
+    assert rows["0.fc"].inputs[0][0] == (2, 8)  # the instance's forward
+    assert rows["1.fc"].inputs[0][0] == (2, 3)  # the class's: the blocks are not collapsed
+    lazynn.build(model, (2, 4))
+    assert model[0].fc.in_features == 8
+    assert model[1].fc.in_features == 3
+    assert model(torch.randn(2, 4)).shape == (2, 3)
+
+
+def plus_one(self: Block, x: torch.Tensor) -> torch.Tensor:
+    return self.fc(x) + 1  # type: ignore[no-any-return]
+
+
+def test_blocks_sharing_one_instance_forward_each_run_it() -> None:
+    model = nn.Sequential(*[Block() for _ in range(3)])
+    for block in model:
+        block.forward = types.MethodType(plus_one, block)
+    rows = {r.path: r for r in lazynn.summary(model, (2, 3)).rows}
+    assert [rows[f"{i}.fc"].calls for i in range(3)] == [1, 1, 1]
+    lazynn.build(model, (2, 3))
+    with torch.no_grad():
+        for block in model:
+            block.fc.weight.zero_()
+            block.fc.bias.zero_()
+    assert torch.equal(model(torch.zeros(2, 3)), torch.ones(2, 3))  # each added its 1
+
+
+def test_a_forward_that_summarizes_or_builds_its_own_submodule_works() -> None:
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(lazynn.LazyLinear(3))
+            self.head = lazynn.LazyLinear(2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            lazynn.summary(self.inner, tuple(x.shape))
+            return self.head(self.inner(x))  # type: ignore[no-any-return]
+
+    model = lazynn.build(Outer(), (2, 4))
+    assert not lazynn.is_lazy(model)
+    assert lazynn.summary(Outer(), (2, 4)).total_parameters == 4 * 3 + 3 + 3 * 2 + 2
+
+
+# --- the model is only read -----------------------------------------------------------------
+
+
+class Gate(nn.Module):
+    """Pauses its forward on meta inputs (a rehearsal) until released."""
+
+    def __init__(self, reached: threading.Event, go: threading.Event) -> None:
+        super().__init__()
+        self.reached, self.go = reached, go
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_meta:
+            self.reached.set()
+            self.go.wait(30)
+        return x
+
+
+def test_another_thread_reads_real_tensors_while_a_summary_rehearses() -> None:
+    reached, go = threading.Event(), threading.Event()
+    model = nn.Sequential(nn.Linear(4, 4), Gate(reached, go), nn.Linear(4, 2))
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(lazynn.summary(model, (2, 4))))
+    thread.start()
+    assert reached.wait(30)
+    try:
+        state = model.state_dict()  # a checkpoint thread, while the rehearsal is paused
+    finally:
+        go.set()
+        thread.join(30)
+    assert all(not t.is_meta for t in state.values())
+    assert torch.equal(state["0.weight"], model[0].weight)
+    assert isinstance(results[0], lazynn.Summary)
+
+
+def test_a_summary_draws_nothing_and_rewinds_nothing() -> None:
+    """No generator is touched: another thread's draws during a summary are not undone."""
+
+    class Draws(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.rand(x.shape)  # no device: meta in the rehearsal, no draw
+
+    model = nn.Sequential(lazynn.LazyLinear(3), Draws())
+    before = torch.get_rng_state()
+    lazynn.summary(model, (2, 4))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_the_model_on_meta_keeps_its_tensors_version_counters() -> None:
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.BatchNorm1d(4))
+    lazynn.build(model, (3, 5), device="meta")
+    versions = [t._version for t in model.buffers()]
+    lazynn.summary(model, (3, 5))
+    assert [t._version for t in model.buffers()] == versions
+
+
+# --- what the rehearsal builds ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["build", "summary"])
+def test_batchnorm_with_cumulative_averages_is_built_and_summarized(how: str) -> None:
+    """momentum=None reads num_batches_tracked; its value decides no shape."""
+    model = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d(momentum=None))
+    if how == "build":
+        lazynn.build(model, (3, 5))
+        assert model[1].num_batches_tracked.item() == 0
+        assert model[1].momentum is None
+    else:
+        assert lazynn.summary(model, (3, 5)).total_parameters == 5 * 4 + 4 + 8
+
+
+@pytest.mark.parametrize(
+    ("tail", "says"),
+    [
+        (nn.Module(), 'missing the required "forward"'),
+        (nn.ReflectionPad2d(1), "not supported"),
+    ],
+    ids=["forward not written", "input not supported"],
+)
+def test_a_not_implemented_forward_is_not_called_a_meta_limitation(
+    tail: nn.Module, says: str
+) -> None:
+    with pytest.raises(lazynn.InferenceError) as caught:
+        lazynn.build(nn.Sequential(lazynn.LazyLinear(3), tail), (2, 4))
+    assert not isinstance(caught.value, lazynn.NeedsValuesError)
+    text = str(caught.value)
+    assert says in text
+    assert "write its forward, or check the example inputs" in text
+
+
+def test_a_symbolic_batch_is_refused_where_the_cost_is_not_linear_in_it() -> None:
+    class AcrossTheBatch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            return h @ h.T
+
+    with pytest.raises(lazynn.InferenceError, match="linear in the batch") as caught:
+        lazynn.summary(AcrossTheBatch(), lazynn.Spec(("B", 5)))
+    assert "give the batch as a number" in str(caught.value)
+    exact = lazynn.summary(AcrossTheBatch(), (1, 5))  # the figure the user can check
+    assert exact.total_flops == 2 * 1 * 5 * 4 + 2 * 1 * 4 * 1
+
+
+# --- the training estimate -----------------------------------------------------------------
+
+
+def test_the_training_estimate_copies_nothing_of_the_model() -> None:
+    class Holding(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lock = threading.Lock()  # cannot be pickled or deep-copied
+            self.cache = [torch.zeros(1000, 1000)]  # a tensor in a list
+            self.fc = lazynn.LazyLinear(8)
+            self.unreached = lazynn.LazyLinear(3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    model = Holding()
+    report = lazynn.summary(model, (2, 5), training=True)
+    assert report.memory is not None
+    assert report.memory.params == (5 * 8 + 8) * 4  # the unreached layer is not counted
+    assert lazynn.is_lazy(model.fc)
+    assert not model.cache[0].is_meta
+
+
+# --- a first call inside torch.utils.checkpoint ----------------------------------------------
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_first_call_in_a_checkpoint_has_gradients_of_its_own_forward(reentrant: bool) -> None:
+    """The recomputation in the backward builds nothing: the forward after the build draws
+    what the recomputation draws (the build's draws are put back)."""
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    start = torch.get_rng_state()
+    block = nn.Sequential(lazynn.LazyLinear(16), nn.Dropout(0.5), lazynn.LazyLinear(4))
+    inputs = x.clone().requires_grad_(True)
+    out = checkpoint(block, inputs, use_reentrant=reentrant)
+    out.sum().backward()
+    # the same forward, without checkpoint, from the same place in the stream
+    twin = copy.deepcopy(block)
+    torch.set_rng_state(start)
+    again = x.clone().requires_grad_(True)
+    expected = twin(again)
+    expected.sum().backward()
+    assert torch.equal(out, expected)
+    assert torch.equal(inputs.grad, again.grad)
+
+
+# --- threads and warnings ---------------------------------------------------------------------
+
+
+def test_two_threads_silencing_warnings_leave_no_filter_behind() -> None:
+    """lazynn silences warnings (a layout on meta, a check) under the build lock. Forced: a
+    second thread tries to silence while the first is inside; without the lock the first
+    would leave first and the second put back the first's "ignore" filter."""
+    from lazynn._state import quiet
+
+    filters = list(warnings.filters)
+    a_in, a_go, b_in = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with quiet():
+            a_in.set()
+            a_go.wait(30)
+
+    def second() -> None:
+        with quiet():
+            b_in.set()
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert a_in.wait(30)
+    b = threading.Thread(target=second)
+    b.start()
+    assert not b_in.wait(0.5)  # it waits for the first to leave
+    a_go.set()
+    a.join(30)
+    b.join(30)
+    assert b_in.is_set()
+    assert warnings.filters == filters
+
+
+def test_lazy_layers_constructed_in_two_threads_leave_no_filter_behind() -> None:
+    filters = list(warnings.filters)
+
+    def construct() -> None:
+        for _ in range(50):
+            lazynn.LazyAdaptiveLogSoftmaxWithLoss(20, [5, 10], div_value=2.0)
+
+    threads = [threading.Thread(target=construct) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert warnings.filters == filters
