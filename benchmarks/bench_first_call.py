@@ -24,6 +24,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from bench_build import _machine, _peak, _reset_peak, _rss, with_torch_lazy  # n
 
 MODELS = {"mlp": "mlp", "cnn": "cnn", "resnet50": "resnet50", "gpt2-medium": "gpt"}
 QUICK = {"mlp": "mlp", "cnn": "cnn"}
+SMALL = {"mlp", "cnn"}
 FIRST = ["torch", "lazynn"]
 LOADS = ["meta+to_empty+load", "lazynn-copy", "meta+assign", "lazynn-assign"]
 WARM_RUNS = 5
@@ -126,6 +128,15 @@ def _load_worker(kind: str, key: str, quick: bool) -> dict[str, Any]:
     return {"cold_s": cold_t, "cold_bytes": cold_m, "warm_s": warm[len(warm) // 2][0]}
 
 
+def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each numeric field's median over fresh processes (the last run's other fields)."""
+    out = dict(results[-1])
+    for field, value in results[-1].items():
+        if isinstance(value, (int, float)):
+            out[field] = statistics.median(r[field] for r in results)
+    return out
+
+
 def _spawn(args: list[str]) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, __file__, *args],
@@ -147,6 +158,12 @@ def main() -> None:
     parser.add_argument("--worker-quick", action="store_true")
     parser.add_argument("--loads-only", action="store_true", help="only the checkpoint table")
     parser.add_argument("--models", default=None, help="comma-separated subset, e.g. mlp,cnn")
+    parser.add_argument(
+        "--repeats", type=int, default=20, help="fresh processes per contender, mlp and cnn"
+    )
+    parser.add_argument(
+        "--repeats-large", type=int, default=3, help="fresh processes per contender, others"
+    )
     args = parser.parse_args()
     if args.first:
         print(json.dumps(_first_worker(*args.first, quick=args.worker_quick)))
@@ -164,15 +181,24 @@ def main() -> None:
         "",
         f"Machine: {_machine()}. Command: `python benchmarks/bench_first_call.py"
         + (" --quick" if args.quick else "")
-        + "`. Each row: one fresh process per contender; ratio lazynn / torch.",
+        + f"`. Each figure: the median over fresh processes per contender ({args.repeats} "
+        f"for mlp and cnn, {args.repeats_large} for the others), the contenders alternating; "
+        "ratio lazynn / torch.",
         "",
         "| model | torch cold | lazynn cold | ratio | torch warm | lazynn warm | ratio "
         "| extra peak memory, cold | process growth, lazynn - torch | lazynn imports |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for title, key in table.items() if not args.loads_only else ():
-        r = {kind: _spawn(["--first", kind, key, *extra]) for kind in FIRST}
-        print(f"{title}: {r}", file=sys.stderr)
+        # Fresh processes, the contenders alternating (machine drift hits both alike); each
+        # figure is the median over the processes (milliseconds: one run is noise).
+        repeats = args.repeats if key in SMALL else args.repeats_large
+        runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in FIRST}
+        for _ in range(repeats):
+            for kind in FIRST:
+                runs[kind].append(_spawn(["--first", kind, key, *extra]))
+        r = {kind: _medians(results) for kind, results in runs.items()}
+        print(f"{title} ({repeats} processes each): {r}", file=sys.stderr)
         t, z = r["torch"], r["lazynn"]
         lines.append(
             f"| {title} | {t['cold_s'] * 1e3:.1f} ms | {z['cold_s'] * 1e3:.1f} ms "

@@ -233,13 +233,14 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             if not is_unbuilt(module):  # built meanwhile, by another thread
                 return
             here = context()
-            # (a first call of this module has snapshotted it already, and puts it back)
-            own = id(module) not in here.covered
+            # (a first call of this module has snapshotted it already, and puts it back; a
+            # rehearsal's model is a twin or a draft, thrown away if it fails, on meta)
+            own = id(module) not in here.covered and here.rehearsal is None
             snapshot = Snapshot(module) if own else None
             # (a construction may draw, then fail; inside torch.utils.checkpoint, the forward
             # after the build must draw what the checkpoint's recomputation, which builds
             # nothing, draws: the build's draws are put back)
-            checkpointed = in_checkpoint()
+            checkpointed = here.rehearsal is None and in_checkpoint()
             rng = RandomState() if own or checkpointed else None
             here.builds += 1
             try:

@@ -340,7 +340,7 @@ def rehearse(
         meta_kwargs = as_meta(dict(kwargs))
     # (read while no build changes it; its placeholders made as outside inference_mode)
     with BUILD_LOCK, torch.inference_mode(False):
-        twin = None if own else meta_twin(model)
+        twin = None if own else meta_twin(model, shapes_only=True)
     root = model if twin is None else twin.root
     run = _Run(root, count_flops)
     if training is not None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import types
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,9 @@ class Twin:
         return self.modules[id(module)]
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size})
+
+
 class _Remap:
     """Maps what the model's objects refer to onto the twin (see the module doc)."""
 
@@ -108,6 +112,8 @@ class _Remap:
         return found  # type: ignore[no-any-return]
 
     def __call__(self, value: Any) -> Any:
+        if type(value) in _PLAIN:  # (most of a module's attributes: a flag, a size, a name)
+            return value
         if isinstance(value, torch.Tensor):  # (a meta one too: the run may change it in place)
             return self.tensor(value)
         if isinstance(value, nn.Module):
@@ -170,9 +176,11 @@ class _Remap:
         return new
 
 
-def meta_twin(model: nn.Module) -> Twin:
+def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
     """A twin of ``model``'s module tree holding meta tensors (see the module doc). The model
-    is only read."""
+    is only read. ``shapes_only``: for a run under ``no_grad``, the twin's BatchNorms check
+    their input and return its shape without running their kernel (see
+    :func:`_batch_norm_shapes`)."""
     remap = _Remap(model)
     handles = []
     for module in model.modules():
@@ -184,4 +192,36 @@ def meta_twin(model: nn.Module) -> Twin:
                 attrs[key] = remap(value)
     for attrs, key, value in handles:
         attrs[key] = remap.handle(value)
+    if shapes_only:
+        _shapes_only(remap.twins[id(m)] for m in model.modules())
     return Twin(remap.twins[id(model)], remap.modules, remap.tensors)
+
+
+def _batch_norm_shapes(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A BatchNorm's forward in a rehearsal: its checks of the input, and an output of the
+    input's shape and dtype, without its kernel (on meta, torch's Python decomposition: most
+    of a ResNet's rehearsal). It counts no FLOPs (FlopCounterMode counts none for it)."""
+    norm: Any = module
+    norm._check_input_dim(x)  # (BatchNorm1d/2d/3d's own: the rank)
+    if x.dim() > 1 and norm.num_features != x.shape[1]:
+        raise RuntimeError(
+            f"running_mean should contain {x.shape[1]} elements not {norm.num_features}"
+        )
+    if norm.training and x.numel() // max(x.shape[1] if x.dim() > 1 else 1, 1) == 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {x.size()}"
+        )
+    return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+
+
+def _shapes_only(modules: Iterable[nn.Module]) -> None:
+    """Give the twin's BatchNorms (torch.nn's forward, none of their own) the shape-only
+    forward of :func:`_batch_norm_shapes` (one function: identical blocks stay identical)."""
+    for module in modules:
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and type(module).forward is nn.modules.batchnorm._BatchNorm.forward
+            and "forward" not in module.__dict__
+            and hasattr(module, "_check_input_dim")
+        ):
+            module.__dict__["forward"] = types.MethodType(_batch_norm_shapes, module)
