@@ -75,8 +75,10 @@ def with_torch_lazy(models: Any, ref: Any) -> Any:
     """The reference's lazy model with torch's nn.Lazy* classes (same names and arguments)."""
     import torch
 
-    saved = {n: getattr(models, n) for n in ("LazyLinear", "LazyConv2d", "LazyBatchNorm2d",
-                                               "LazyConvTranspose2d")}
+    saved = {
+        n: getattr(models, n)
+        for n in ("LazyLinear", "LazyConv2d", "LazyBatchNorm2d", "LazyConvTranspose2d")
+    }
     try:
         for name in saved:
             setattr(models, name, getattr(torch.nn, name))
@@ -133,8 +135,13 @@ def _worker(contender: str, model_key: str, quick: bool) -> dict[str, Any]:
         warm.append((t, m))
     warm_t = sorted(t for t, _ in warm)[len(warm) // 2]
     warm_m = sorted(m for _, m in warm)[len(warm) // 2]
-    return {"cold_s": cold_t, "cold_bytes": cold_m, "warm_s": warm_t, "warm_bytes": warm_m,
-            "params": params}
+    return {
+        "cold_s": cold_t,
+        "cold_bytes": cold_m,
+        "warm_s": warm_t,
+        "warm_bytes": warm_m,
+        "params": params,
+    }
 
 
 def _llama_worker(name: str, what: str) -> dict[str, Any]:
@@ -182,7 +189,10 @@ def _cold_worker() -> dict[str, Any]:
 # --- orchestrating ------------------------------------------------------------------------------
 def _spawn(args: list[str]) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=False,
+        [sys.executable, __file__, *args],
+        capture_output=True,
+        text=True,
+        check=False,
         # A fixed mmap threshold makes glibc return every large block on free, so the
         # resident set tracks live memory and warm builds measure their own peak.
         env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "MALLOC_MMAP_THRESHOLD_": "131072"},
@@ -203,8 +213,10 @@ def _machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB; Python {platform.python_version()}, "
-            f"torch {torch.__version__}, {platform.system()} {platform.release()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB; Python {platform.python_version()}, "
+        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
+    )
 
 
 def main() -> None:
@@ -226,11 +238,18 @@ def main() -> None:
         print(json.dumps(_llama_worker(*args.llama)))
         return
 
-    lines = ["# Benchmarks", "", f"Machine: {_machine()}.", "",
-             "Command: `python benchmarks/bench_build.py" + (" --quick" if args.quick else "")
-             + "`. Each cell: ratio to eager construction in the same run (time, peak memory); "
-             "absolute numbers in parentheses. Cold: the first build in a fresh process; warm: "
-             f"the median of the next {WARM_RUNS}.", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Machine: {_machine()}.",
+        "",
+        "Command: `python benchmarks/bench_build.py"
+        + (" --quick" if args.quick else "")
+        + "`. Each cell: ratio to eager construction in the same run (time, peak memory); "
+        "absolute numbers in parentheses. Cold: the first build in a fresh process; warm: "
+        f"the median of the next {WARM_RUNS}.",
+        "",
+    ]
     models = QUICK if args.quick else MODELS
     for title, key in models.items():
         results = {}
@@ -239,9 +258,12 @@ def main() -> None:
             results[contender] = _spawn(["--worker", contender, key, *extra])
             print(f"{title} {contender}: {results[contender]}", file=sys.stderr)
         base = results["eager"]
-        lines += [f"## {title} ({base['params'] / 1e6:.1f}M parameters)", "",
-                  "| contender | time cold | time warm | memory cold | memory warm |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            f"## {title} ({base['params'] / 1e6:.1f}M parameters)",
+            "",
+            "| contender | time cold | time warm | memory cold | memory warm |",
+            "|---|---|---|---|---|",
+        ]
         for contender, r in results.items():
             cells = []
             for kind, unit, scale in (("s", "s", 1), ("bytes", "MiB", 2**20)):
@@ -252,17 +274,23 @@ def main() -> None:
             lines.append(f"| {contender} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
         lines.append("")
     if not args.quick:
-        lines += ["## LLaMA-shaped lazy models on meta", "",
-                  "Times include constructing the model under `torch.device(\"meta\")`.", "",
-                  "| model | operation | cold | warm | peak memory over `import lazynn` |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "## LLaMA-shaped lazy models on meta",
+            "",
+            'Times include constructing the model under `torch.device("meta")`.',
+            "",
+            "| model | operation | cold | warm | peak memory over `import lazynn` |",
+            "|---|---|---|---|---|",
+        ]
         for name in LLAMAS:
             for what in ("build(meta)", "summary"):
                 r = _spawn(["--llama", name, what])
                 print(f"{name} {what}: {r}", file=sys.stderr)
                 mib = max(r["cold_bytes_over_import"], r["warm_bytes_over_import"]) / 2**20
-                lines.append(f"| {name} | {what} | {r['cold_s']:.3f} s | {r['warm_s']:.3f} s "
-                             f"| {mib:.0f} MiB |")
+                lines.append(
+                    f"| {name} | {what} | {r['cold_s']:.3f} s | {r['warm_s']:.3f} s "
+                    f"| {mib:.0f} MiB |"
+                )
         lines.append("")
     cold = _spawn(["--cold"])
     lines += [
