@@ -349,6 +349,34 @@ def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == ""
 
 
+def test_progress_bar_says_new_parameters_and_the_model_size(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a GPT-like model: the embedding is eager (made at construction), the rest lazy. The
+    # bar counts what the build makes, and says how large the model is (issue 20: a 406M
+    # model read 354M/354M parameters)
+    model = nn.Sequential(nn.Embedding(1000, 64), lazynn.LazyLinear(1000))
+    lazynn.build(model, lazynn.Spec((1, 2), torch.long), progress=True)
+    err = capsys.readouterr().err
+    assert "65K/65K new parameters (129K in the model)" in err
+    lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (1, 3), progress=True)
+    assert capsys.readouterr().err.endswith("16/16 parameters\n")  # all of it is new
+
+
+def test_allocation_failure_names_the_bytes_and_the_sizes() -> None:
+    # an example with one size far larger than meant: 10**6 features, a 3.6 TiB layer
+    model = nn.Sequential(nn.Embedding(100, 4), lazynn.LazyLinear(10**6), lazynn.LazyLinear(10**6))
+    before = fingerprint(model)
+    with pytest.raises(lazynn.InferenceError) as info:
+        lazynn.build(model, lazynn.Spec((1, 2), torch.long))
+    text = str(info.value)
+    assert "LazyLinear at '2': expected to allocate 3.64 TiB" in text
+    assert "1,000,001,000,000 parameters and buffers (its inputs gave in_features=1000000)" in text
+    assert "can't allocate memory" in text  # torch's words
+    assert "check the example inputs' sizes" in text
+    assert fingerprint(model) == before
+
+
 def test_progress_defaults_to_off_for_small_or_piped() -> None:
     assert not Progress(10, "x").enabled
     assert not Progress(10**9, "x").enabled  # stderr is not a terminal under pytest

@@ -7,11 +7,14 @@ is exactly the eager class, with the same attributes and state_dict layout.
 
 from __future__ import annotations
 
+import warnings
+
 import hypothesis.strategies as st
 import pytest
 import torch
 from hypothesis import given, settings
 
+import lazynn
 from compare import assert_same_module
 from lazynn._errors import shape_str
 from registry import ROWS, UNBATCHED, Row
@@ -30,7 +33,19 @@ def test_lazy_equals_eager(
     torch.manual_seed(seed)
     lazy = row.lazy(**options).train(train)
     x_lazy = x.clone().requires_grad_()
-    y_lazy = row.call(lazy, x_lazy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", lazynn.AmbiguousInputWarning)
+        y_lazy = row.call(lazy, x_lazy)
+    # an unbatched first input is accepted, as torch does, and said to be read as one sample
+    # (a layer with a channel dimension: convolutions, instance norms); a batched one may
+    # be said to look channels-last (a channel count equal to a spatial size)
+    noted = [str(w.message) for w in caught if w.category is lazynn.AmbiguousInputWarning]
+    specs = getattr(row.lazy, "inferred", {}).values()
+    if not batched and any(spec.layouts for spec in specs):
+        assert len(noted) == 1, noted
+        assert "as one unbatched" in noted[0]
+    else:
+        assert all("channels-last" in text for text in noted), noted
     torch.manual_seed(seed)
     eager = row.new_eager(options, size).train(train)
     x_eager = x.clone().requires_grad_()

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError as _NotInstalled
 from importlib.metadata import version as _version
 
 from ._build import build as build
+from ._errors import AmbiguousInputWarning as AmbiguousInputWarning
 from ._errors import CheckpointError as CheckpointError
 from ._errors import InferenceError as InferenceError
 from ._errors import LazynnError as LazynnError
@@ -81,6 +82,7 @@ __all__ = [
     "UNKNOWN",
     "AdaptiveAvgPool",
     "AdaptiveMaxPool",
+    "AmbiguousInputWarning",
     "AvgPool",
     "BatchNorm",
     "ChannelDropout",

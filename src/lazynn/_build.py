@@ -22,9 +22,17 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from ._callers import user_stacklevel
 from ._deferred import Init
 from ._deferred import run as run_inits
-from ._errors import InferenceError, LazynnError, first_line, message, module_path
+from ._errors import (
+    AmbiguousInputWarning,
+    InferenceError,
+    LazynnError,
+    first_line,
+    message,
+    module_path,
+)
 from ._factory import build_factory, is_factory
 from ._infer import CLASS_KEY
 from ._layer import LazyLayer
@@ -33,11 +41,11 @@ from ._placeholder import relocate
 from ._progress import Progress
 from ._queue import Entry as QueueEntry
 from ._queue import due, ready, run_ready
-from ._rehearse import Rehearsal, rehearse
+from ._rehearse import Rehearsal, TensorInfo, rehearse
 from ._replay import Plan, plan, scratch_init
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild, find_state
-from ._tensors import copy_values, is_placeholder, own_slots, own_tensors
+from ._tensors import byte_size, copy_values, is_placeholder, own_slots, own_tensors
 
 __all__ = ["build", "build_from", "move_to_meta"]
 
@@ -123,6 +131,8 @@ def build_from(
             progress,
             quiet=partial,
         )
+    for note in rehearsal.notes.values():  # built as torch reads the inputs; say how else
+        warnings.warn(AmbiguousInputWarning(note), stacklevel=user_stacklevel())
     return model
 
 
@@ -233,7 +243,13 @@ class _Allocation:
                 raise
             except Exception as error:  # out of memory, a device or dtype the class refuses
                 raise _allocation_error(
-                    path, module, self.rehearsal.sizes[module], error
+                    path,
+                    module,
+                    self.rehearsal.sizes[module],
+                    self.rehearsal.tensors.get(path, []),
+                    self.device,
+                    self.dtype,
+                    error,
                 ) from error
         elif module in lazy:
             self.other_lazy(module)
@@ -330,11 +346,13 @@ def _allocate(
     total = sum(
         info.numel for path, m in order if m in lazy for info in rehearsal.tensors.get(path, [])
     )
+    # (the model's size, for the bar: the eager layers' tensors too, each tie once)
+    in_model = {i.ident: i.numel for infos in rehearsal.tensors.values() for i in infos}
     with BUILD_LOCK:
         rng_before = RandomState()
         chosen = plan(order, lazy, device, rng_before.cpu)
         snapshot = Snapshot(model)
-        bar = Progress(total, "lazynn.build", enabled=progress)
+        bar = Progress(total, "lazynn.build", progress, model_total=sum(in_model.values()))
         allocation = _Allocation(rehearsal, chosen, device, dtype, bar)
         try:
             # (inference_mode(False): parameters as a construction outside the mode makes them)
@@ -380,17 +398,33 @@ def _slotted(
 
 
 def _allocation_error(
-    path: str, module: nn.Module, sizes: dict[str, Any], error: Exception
+    path: str,
+    module: nn.Module,
+    sizes: dict[str, Any],
+    infos: list[TensorInfo],
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+    error: Exception,
 ) -> InferenceError:
+    """A lazy layer whose allocation failed (out of memory; a device or dtype its class
+    refuses): the sizes it was given, and what they cost where."""
     shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k != CLASS_KEY)
+    need = sum(
+        i.numel * (dtype if dtype is not None and i.dtype.is_floating_point else i.dtype).itemsize
+        for i in infos
+    )
+    where = f" on {device}" if device is not None else ""
     return InferenceError(
         message(
             module_path(module, path),
-            f"to allocate the layer its inputs size ({shown})",
+            f"to allocate {byte_size(need)}{where} for the layer's "
+            f"{sum(i.numel for i in infos):,} parameters and buffers (its inputs gave "
+            f"{shown})",
             f"{type(error).__name__}: {first_line(error)}",
-            "check the memory free on the device (or build on meta: "
-            "lazynn.build(model, example, device='meta'), then lazynn.materialize) and the "
-            "device and dtype asked for; the model is unchanged",
+            "check the example inputs' sizes (is one far larger than meant?), the memory free "
+            "on the device, and the device and dtype asked for; or build on meta "
+            "(lazynn.build(model, example, device='meta'), then lazynn.materialize); the model "
+            "is unchanged",
         )
     )
 

@@ -45,6 +45,7 @@ __all__ = [
     "scripted_path",
     "under_dynamo",
     "untraced",
+    "user_stacklevel",
 ]
 
 #: wrapper -> (function name, file path suffix, the local naming the module) of the frame that
@@ -76,6 +77,20 @@ def frames(skip: int = 3) -> Iterator[FrameType]:
             return
         yield frame
         frame = frame.f_back
+
+
+_LIBRARIES = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller point at the user's line:
+    the innermost frame outside torch and lazynn (a first call's warning, raised under
+    ``nn.Module.__call__`` and containers' forwards, names the model's code, not torch's)."""
+    frame: FrameType | None = sys._getframe(1)  # (CPython's documented frame access)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ __all__ = [
     "CALL_NOT_FORWARD",
     "INIT_FIX",
     "QUEUE_IT",
+    "AmbiguousInputWarning",
     "CheckpointError",
     "InferenceError",
     "LazynnError",
@@ -36,6 +37,7 @@ __all__ = [
     "module_path",
     "shape_str",
     "torch_phrase",
+    "with_note",
 ]
 
 # --- shared message texts ------------------------------------------------------------------
@@ -85,6 +87,14 @@ class UnbuiltError(LazynnError, RuntimeError, ValueError):
 class NeedsValuesError(InferenceError):
     """A forward whose shapes depend on values (``torch.nonzero``), which a run on meta
     tensors cannot follow: build it with a real call instead."""
+
+
+class AmbiguousInputWarning(UserWarning):
+    """A first input from which a layer read a size that may not be the one meant: an
+    unbatched input (a forgotten batch or channel dimension), or a channel count that looks
+    like a spatial size (channels-last images). The layer is built as torch reads the input;
+    the warning says how to give the other reading. Silence it where the reading is meant:
+    ``warnings.filterwarnings("ignore", category=lazynn.AmbiguousInputWarning)``."""
 
 
 class CheckpointError(LazynnError, RuntimeError):
@@ -227,3 +237,11 @@ def torch_phrase(what: str) -> str:
     if what.startswith("Tensor.share_memory_"):
         return "Can't share memory on an uninitialized parameter or buffer"
     return f"Attempted to use an uninitialized parameter in {what}"
+
+
+def with_note(error: Exception, note: str) -> Exception:
+    """``error`` (a new one of its class) with ``note`` before its fix: ``"... received X.
+    Note: NOTE. Fix: ..."``."""
+    head, sep, fix = str(error).rpartition(" Fix: ")
+    head = (head if sep else str(error)).rstrip(".")
+    return type(error)(f"{head}. Note: {note}.{sep}{fix}")

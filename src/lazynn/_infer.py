@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from ._callers import find_tool
 from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, message
 
-__all__ = ["CLASS_KEY", "UNKNOWN", "Infer", "unknown_parts"]
+__all__ = ["CLASS_KEY", "UNKNOWN", "Infer", "ambiguity", "unknown_parts"]
 
 #: In a size record: the class a rank-agnostic layer chose (not a constructor argument).
 CLASS_KEY = "__lazynn_class__"
@@ -139,6 +139,80 @@ class Infer:
             return tuple(int(d) for d in shape[len(shape) - self.trailing :]) if ok else None
         dim = self.read_dim(len(shape))
         return None if dim is None else int(shape[dim])
+
+
+_SPATIAL_LETTERS = frozenset("DHWL")
+#: a channel dimension this small, last, with a larger one at C: images stored channels-last
+_FEW_CHANNELS = 4
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def ambiguity(spec: Infer, shape: Sequence[int], name: str) -> str | None:
+    """Why the size ``spec`` reads from an input of ``shape`` may not be the one meant, with
+    the fix; None when the reading is plain. Two readings are flagged:
+
+    * an unbatched input (a layout without ``N`` when one with it is accepted): a forgotten
+      batch dimension, or a batch without its channel dimension, reads as one sample;
+    * a channel count that looks like a spatial size: ``C`` equal to a spatial dimension
+      before the last, and the last at most 4 (images stored channels-last, ``(N, H, W, C)``).
+
+    >>> conv = Infer(layouts=("(C, H, W)", "(N, C, H, W)"))
+    >>> print(ambiguity(conv, (8, 28, 28), "in_channels"))  # doctest: +NORMALIZE_WHITESPACE
+    reads its input (8, 28, 28) as one unbatched (C, H, W) sample (as torch does), so
+    in_channels=8 comes from dimension 0. If dimension 0 is a batch, its channel dimension
+    is missing: give (8, 1, 28, 28) for one channel; if the batch is missing, add it:
+    (1, 8, 28, 28)
+    >>> print(ambiguity(conv, (1, 224, 224, 3), "in_channels"))  # doctest: +NORMALIZE_WHITESPACE
+    reads in_channels=224 from dimension 1 of (1, 224, 224, 3), which looks like images
+    stored channels-last (N, H, W, C); it takes (N, C, H, W): give (1, 3, 224, 224)
+    (x.permute(0, 3, 1, 2))
+    >>> ambiguity(conv, (1, 3, 224, 224), "in_channels") is None
+    True
+    """
+    if not spec.layouts or spec.trailing is not None:
+        return None
+    if not all(isinstance(d, int) for d in shape):
+        return None  # symbolic sizes (torch.compile, dynamic=True): reading one would fix it
+    shape = tuple(shape)
+    rank = len(shape)
+    layouts = [spec._letters(layout) for layout in spec.layouts]
+    read = next((letters for letters in layouts if len(letters) == rank), None)
+    if read is None or spec.letter not in read:
+        return None
+    at = read.index(spec.letter)
+    batched = next((ls for ls in layouts if ls[0] == "N" and ls[1:] == read), None)
+    if "N" not in read and batched is not None:
+        layout = "(" + ", ".join(read) + ")"
+        lacking = list(shape)
+        lacking.insert(batched.index(spec.letter), 1)
+        letter = "channel" if spec.letter == "C" else spec.letter
+        return (
+            f"reads its input {_shape_text(shape)} as one unbatched {layout} sample (as torch "
+            f"does), so {name}={shape[at]} comes from dimension {at}. If dimension 0 is a "
+            f"batch, its {letter} dimension is missing: give {_shape_text(lacking)} for one "
+            f"{letter}; if the batch is missing, add it: {_shape_text((1, *shape))}"
+        )
+    spatial = [i for i, letter in enumerate(read) if letter in _SPATIAL_LETTERS]
+    if (
+        spec.letter == "C"
+        and len(spatial) >= 2
+        and spatial[0] == at + 1
+        and shape[-1] <= _FEW_CHANNELS < shape[at]
+        and shape[at] in [shape[i] for i in spatial[:-1]]
+    ):
+        last = [*read[:at], *(read[i] for i in spatial), "C"]
+        order = [*range(at), rank - 1, *range(at, rank - 1)]
+        fixed = [shape[i] for i in order]
+        return (
+            f"reads {name}={shape[at]} from dimension {at} of {_shape_text(shape)}, which looks "
+            f"like images stored channels-last ({', '.join(last)}); it takes "
+            f"({', '.join(read)}): give {_shape_text(fixed)} "
+            f"(x.permute({', '.join(str(i) for i in order)}))"
+        )
+    return None
 
 
 def unknown_parts(a: Any, b: Any) -> Any:

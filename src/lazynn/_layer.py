@@ -46,13 +46,15 @@ from ._construct import (
 from ._deferred import Init, inits_of
 from ._deferred import run as run_inits
 from ._errors import (
+    AmbiguousInputWarning,
     InferenceError,
     LazynnError,
     message,
     module_path,
 )
-from ._infer import CLASS_KEY, Infer
+from ._infer import CLASS_KEY, Infer, ambiguity
 from ._inputs import (
+    argument,
     check_input,
     construct_checked,
     forward_error,
@@ -61,7 +63,7 @@ from ._inputs import (
     substitute_error,
 )
 from ._layout import lay_out
-from ._mixin import LazyModuleMixin, finish, in_build, is_unbuilt, rehearsing
+from ._mixin import LazyModuleMixin, finish, in_build, is_unbuilt, rehearsing, warn_built
 from ._placeholder import fill
 from ._snapshot import RandomState
 from ._state import LazyState, context, lazy_state
@@ -172,13 +174,28 @@ class LazyLayer(LazyModuleMixin):
     def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The inferred sizes a call's inputs give (recorded for a rehearsal in progress)."""
         names = forward_names(self.cls_to_become)  # type: ignore[arg-type]
-        sizes = read_sizes(self, self._lazynn_specs(), names, args, kwargs)  # type: ignore[arg-type]
+        specs = self._lazynn_specs()
+        sizes = read_sizes(self, specs, names, args, kwargs)  # type: ignore[arg-type]
+        note = next(
+            (
+                text
+                for name, spec in specs.items()
+                if isinstance(value := argument(names, spec.arg, args, kwargs), torch.Tensor)
+                and (text := ambiguity(spec, value.shape, name)) is not None
+            ),
+            None,
+        )
         rehearsal = context().rehearsal
         if rehearsal is not None:
             # The rehearsal's record of what this layer read (and, for a rank-agnostic layer,
-            # which class it chose).
+            # which class it chose), and why it may not be what was meant: the build warns
             chosen = self.__dict__.get("cls_to_become")
             rehearsal.sizes[id(self)] = sizes if chosen is None else {**sizes, CLASS_KEY: chosen}
+            if note is not None:
+                rehearsal.notes[id(self)] = note
+        elif note is not None:
+            where = module_path(self)  # type: ignore[arg-type]
+            warn_built(AmbiguousInputWarning(f"{where} {note}"), stacklevel=4)
         return sizes
 
     def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

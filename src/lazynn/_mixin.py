@@ -29,7 +29,7 @@ from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 from . import _registries  # noqa: F401  (registers the placeholders with torch)
-from ._callers import find_tool, in_checkpoint, under_dynamo, untraced
+from ._callers import find_tool, in_checkpoint, under_dynamo, untraced, user_stacklevel
 from ._errors import UnbuiltError, message, module_path
 from ._refusals import (
     refuse_under_export,
@@ -75,8 +75,9 @@ def rehearsing() -> bool:
     return context().rehearsal is not None
 
 
-def warn_built(text: str, stacklevel: int = 2) -> None:
-    """Warn about a build; inside a first call, once its forward has succeeded."""
+def warn_built(text: str | Warning, stacklevel: int = 2) -> None:
+    """Warn about a build (a text: a UserWarning; or a warning of its own category); inside
+    a first call, once its forward has succeeded."""
     deferred = context().deferred
     if deferred is not None:
         deferred.append(text)
@@ -317,7 +318,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         name = type(self).__name__
         here = context()
         outer, built = here.built_here, set[int]()
-        outer_warnings, deferred = here.deferred, list[str]()
+        outer_warnings, deferred = here.deferred, list[str | Warning]()
         here.built_here, here.deferred = built, deferred
         here.covered.add(id(self))
         try:
@@ -339,7 +340,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             outer_warnings += deferred
         else:
             for text in deferred:
-                warnings.warn(text, stacklevel=3)
+                warnings.warn(text, stacklevel=user_stacklevel())
         return result
 
     def _lazynn_forward_failed(

@@ -12,19 +12,29 @@ THRESHOLD = 50_000_000
 
 
 class Progress:
-    """``lazynn.build [#######.............] 35% 124M/355M parameters``.
+    """``lazynn.build [#######.............] 35% 124M/355M new parameters (406M in the model)``.
 
+    ``total`` counts what this allocation makes (a build: the lazy layers' parameters and
+    buffers); ``model_total``, if given, the model's parameters in all (eager layers, made
+    at construction, included), so that the bar's figure is not mistaken for the model's size.
     Shown only when ``enabled`` is True, or when it is None (the default) and the total is at
     least ``THRESHOLD`` parameters and stderr is a terminal. Redraws at most 10 times a second.
     """
 
-    def __init__(self, total: int, label: str, enabled: bool | None = None) -> None:
+    def __init__(
+        self, total: int, label: str, enabled: bool | None = None, model_total: int | None = None
+    ) -> None:
         if enabled is None:
             enabled = total >= THRESHOLD and sys.stderr.isatty()
         self.enabled = enabled and total > 0
         self.total = total
         self.done = 0
         self.label = label
+        self.suffix = (
+            f" new parameters ({_short(model_total)} in the model)"
+            if model_total is not None and model_total != total
+            else " parameters"
+        )
         self._last = 0.0
 
     def advance(self, count: int) -> None:
@@ -38,7 +48,7 @@ class Progress:
         filled = int(fraction * 20)
         bar = "#" * filled + "." * (20 - filled)
         text = f"\r{self.label} [{bar}] {fraction:4.0%} {_short(self.done)}/{_short(self.total)}"
-        sys.stderr.write(text + " parameters")
+        sys.stderr.write(text + self.suffix)
         sys.stderr.flush()
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ from ._errors import (
     message,
     meta_limitation,
     shape_str,
+    with_note,
 )
 from ._layer import LazyLayer
 from ._memo import Below, Memo
@@ -196,6 +197,8 @@ class Rehearsal:
     unreached: list[str]
     #: the model's meta output
     output: Any
+    #: path -> why a size a lazy layer read may not be the one meant (``_infer.ambiguity``)
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 class _Record:
@@ -299,15 +302,26 @@ class _Run:
             self.sizes[module] = self.rehearsing.sizes[id(module)]
 
     def __call__(self, root: nn.Module, args: Any, kwargs: Any) -> Any:
-        """Run ``root``; a failure raises naming the innermost module whose forward raised."""
+        """Run ``root``; a failure raises naming the innermost module whose forward raised
+        (and any layer before it that read its input in a way that may not be meant)."""
         try:
             with self.counter if self.counter is not None else contextlib.nullcontext():
                 return root(*args, **kwargs)
-        except LazynnError:
-            raise
         except Exception as error:
-            where = next((w for e, w in self.failures if e is error), None)
-            raise _failure(error, where, self.lazy) from error
+            failure = error
+            if not isinstance(error, LazynnError):
+                where = next((w for e, w in self.failures if e is error), None)
+                failure = _failure(error, where, self.lazy)
+            for note in self.notes().values():  # (a forgotten batch dimension, say)
+                failure = with_note(failure, note)
+            if failure is error:
+                raise
+            raise failure from error
+
+    def notes(self) -> dict[str, str]:
+        """Path -> why a lazy layer's reading of its input may not be the one meant."""
+        found = ((self.paths.get(i), n) for i, n in self.rehearsing.notes.items())
+        return {p: f"{self.lazy[p].__name__} at '{p}' {n}" for p, n in found if p is not None}
 
 
 def rehearse(
@@ -373,6 +387,7 @@ def rehearse(
         inputs={_theirs(m, twin): v for m, v in run.inputs.items()},
         unreached=[p for p in run.modules if p in run.lazy and p not in run.calls],
         output=output,
+        notes=run.notes(),
     )
 
 

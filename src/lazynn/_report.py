@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ._memory import Memory
+from ._tensors import byte_size
 
 __all__ = ["COLUMNS", "SCREEN_ROWS", "Dim", "Shape", "Summary", "SummaryRow"]
 
@@ -74,6 +75,8 @@ class SummaryRow:
     flops: int = 0
     #: own tensor name -> the path of the tensor it is (counted there)
     tied: tuple[tuple[str, str], ...] = ()
+    #: why a size this lazy layer read may not be the one meant, with the fix (marked ``!``)
+    note: str = ""
 
     @property
     def nbytes(self) -> int:
@@ -98,6 +101,7 @@ class SummaryRow:
             "flops": self.flops,
             "calls": self.calls,
             "tied": dict(self.tied),
+            "note": self.note or None,
         }
 
 
@@ -336,15 +340,6 @@ def _si(n: int) -> str:
     return str(n)  # pragma: no cover
 
 
-def _bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _kind(row: SummaryRow) -> str:
     if row.lazy_type == row.type:
         return f"{row.type}, not called: sizes unknown"
@@ -369,8 +364,8 @@ def _cells(node: _Node, hidden: bool, columns: Sequence[str]) -> dict[str, str]:
         "params": _count(params * n) + mark if params or mark else "--",
         "param_shapes": ", ".join(f"{k} [{', '.join(map(str, s))}]" for k, s in row.parameters)
         or "--",
-        "param_bytes": _bytes(pbytes * n) if pbytes else "--",
-        "buffer_bytes": _bytes(bbytes * n) if bbytes else "--",
+        "param_bytes": byte_size(pbytes * n) if pbytes else "--",
+        "buffer_bytes": byte_size(bbytes * n) if bbytes else "--",
         "flops": _si(_flops(node) * n),
         "calls": str(row.calls) if row.calls != 1 else "",
     }
@@ -385,6 +380,8 @@ def _label(node: _Node, indent: bool) -> str:
         text += f" x{node.count}"
     if row.calls > 1:
         text += f" [{row.calls} calls]"
+    if row.note:
+        text += " !"
     return ("  " * row.depth + text) if indent else text
 
 
@@ -395,7 +392,7 @@ def _cut(text: str, width: int) -> str:
 def _notes(
     summary: Summary, shown: list[tuple[_Node, bool, int]], depth: int, deepest: int
 ) -> list[str]:
-    notes = []
+    notes = [f"! {row.note}" for row in summary.rows if row.note]  # (hidden rows' too)
     tied = [(n.row.path, name, owner) for n, _, _ in shown for name, owner in n.row.tied]
     for path, name, owner in tied:
         notes.append(f"* {path}.{name} is {owner}: counted once, there")
@@ -424,19 +421,19 @@ def _totals(summary: Summary) -> list[str]:
         f"Non-trainable params: {summary.non_trainable_parameters:,}",
         f"Total FLOPs:          {summary.total_flops:,} ({_si(summary.total_flops)}, "
         + f"{summary.mode} mode{', per sample' if summary.batch else ''})",
-        f"Parameter memory:     {_bytes(summary.parameter_bytes)}",
-        f"Buffer memory:        {_bytes(summary.buffer_bytes)}",
-        f"Total memory:         {_bytes(total_bytes)}",
+        f"Parameter memory:     {byte_size(summary.parameter_bytes)}",
+        f"Buffer memory:        {byte_size(summary.buffer_bytes)}",
+        f"Total memory:         {byte_size(total_bytes)}",
     ]
     memory = summary.memory
     if memory is not None:
         lines += [
             f"Training memory ({memory.optimizer}, on meta{', per sample' * bool(summary.batch)}):",
-            f"  parameters          {_bytes(memory.params)}",
-            f"  gradients           {_bytes(memory.gradients)}",
-            f"  optimizer states    {_bytes(memory.optimizer_states)}",
-            f"  activations         {_bytes(memory.activations)}",
-            f"  total               {_bytes(memory.total)}",
+            f"  parameters          {byte_size(memory.params)}",
+            f"  gradients           {byte_size(memory.gradients)}",
+            f"  optimizer states    {byte_size(memory.optimizer_states)}",
+            f"  activations         {byte_size(memory.activations)}",
+            f"  total               {byte_size(memory.total)}",
             *(f"  note: {note}" for note in memory.notes),
         ]
     return lines
@@ -497,4 +494,5 @@ def _markdown(
         cells = (_label(node, False), *_cells(node, hidden, columns).values())
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", *(f"- {t.strip()}" for t in _totals(summary))]
+    lines += [f"- {row.note}" for row in summary.rows if row.note]
     return "\n".join(lines)

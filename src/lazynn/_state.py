@@ -87,6 +87,8 @@ class Rehearsing:
 
     #: id(layer) -> the sizes it read (and, for a rank-agnostic layer, the class it chose)
     sizes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: id(layer) -> why a size it read may not be the one meant (``_infer.ambiguity``)
+    notes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ class Context:
     wording: bool = False
     #: warnings of builds inside the current first call, given once its forward succeeds
     #: (a rolled-back first call warns nothing)
-    deferred: list[str] | None = None
+    deferred: list[str | Warning] | None = None
     #: a run of a model's factory (``lazynn.build(Net, ...)``), or None
     program: Drafting | Constructing | None = None
     #: whether checkpoint loads build layers as eager constructions (drawing their numbers,

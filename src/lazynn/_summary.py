@@ -193,6 +193,7 @@ def _collect(
                 calls=call.count if call else 0,
                 flops=flops(path),
                 tied=tied,
+                note=rehearsal.notes.get(path, ""),
             )
         )
         total += sum(i.numel for i in params)

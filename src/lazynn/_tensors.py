@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ._errors import shape_str
 
 __all__ = [
+    "byte_size",
     "copy_values",
     "describe",
     "hint",
@@ -150,3 +151,13 @@ def copy_values(source: nn.Module, target: nn.Module) -> None:
     for (name, a), (other, b) in zip(*named, strict=True):
         assert name == other, (name, other)
         b.copy_(a)
+
+
+def byte_size(n: int) -> str:
+    """``n`` bytes for a reader: ``512 B``, ``1.50 KiB``, ``37.25 GiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover

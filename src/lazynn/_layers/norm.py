@@ -161,7 +161,7 @@ class LazyBatchNorm3d(_LazyNorm, nn.BatchNorm3d):
 
 
 class LazyInstanceNorm1d(_LazyInstanceNorm, nn.InstanceNorm1d):
-    __doc__ = _doc(nn.InstanceNorm1d, _IN1, False, "3, 5")
+    __doc__ = _doc(nn.InstanceNorm1d, _IN1, False, "2, 3, 5")
     cls_to_become = nn.InstanceNorm1d
     inferred: ClassVar[Mapping[str, Infer]] = {"num_features": _spec(*_IN1)}
 
