@@ -28,6 +28,7 @@ DIGITS = "examples/digits.py:make_model"
 
 NETS = '''\
 """Factories for the command-line tests."""
+import os
 from typing import Any
 
 import torch
@@ -62,7 +63,7 @@ def broken():
 
 
 def raises():
-    raise RuntimeError("bad config\\nsecond line of the detail")
+    raise RuntimeError("bad config\\nsecond line of the detail")  # RAISES
 
 
 def not_a_module():
@@ -92,6 +93,42 @@ def normed():
 
 def _private():
     return tiny()
+
+
+class Stack(nn.Sequential):
+    @classmethod
+    def of(cls, width):
+        return cls(LazyLinear(width))
+
+
+class Faulty(nn.Module):
+    def forward(self, x):
+        raise ValueError("the faulty forward")  # FAULTY
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = LazyLinear(2)
+
+    def forward(self, x):
+        if x.sum() > 0:  # BRANCHY
+            x = -x
+        return self.fc(x)
+
+
+class LanguageModel(nn.Module):
+    """forward(tokens, (h0, c0)): the state is a tuple."""
+
+    def __init__(self, vocab=50, hidden=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 16)
+        self.lstm = lazynn.LazyLSTM(hidden, num_layers=2, batch_first=True)
+        self.head = LazyLinear(vocab)
+
+    def forward(self, tokens, state):
+        out, state = self.lstm(self.embed(tokens), state)
+        return self.head(out), state
 
 
 class Initialized(nn.Module):
@@ -468,6 +505,10 @@ FACTORY_ERRORS = {
     "missing arguments": ("sized", ["sized() failed", "Fix: pass its arguments", "(width"]),
     "wrong arguments": ("sized(6, nope=1)", ["'nope'", "its signature: sized(width"]),
     "not a call": ("sized[0]", ["expected TARGET", "MODULE:NAME"]),
+    "a repeated keyword": ("sized(width=6, width=7)", ["keyword argument repeated: width"]),
+    "3,000 nested signs": ("sized(" + "-" * 3000 + "1)", ["nests too deeply", "RecursionError"]),
+    "3,000 nested nots": ("sized(" + "not " * 3000 + "1)", ["nests too deeply"]),
+    "a deep literal": ("sized(" + "-" * 900 + "1)", ["must be Python literals"]),
 }
 
 
@@ -498,6 +539,10 @@ def test_no_callable_lists_what_the_file_defines(
         "blocks",
         "normed",
         "TwoInputs",
+        "Stack",
+        "Faulty",
+        "Branchy",
+        "LanguageModel",
         "Initialized",
     ]
 
@@ -684,6 +729,39 @@ def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--depth", "--expand", "--format", "--width", "--eval", "--training", "--optimizer"]
     assert all(flag in out for flag in flags)
     assert "implies --training" in " ".join(out.split())
+
+
+# --- targets name what the file defines ---------------------------------------------------------
+
+TARGET_REFUSALS = {
+    "a module the file imports": ("os.system('echo hi')", ["'os' is the module os", "two_inputs"]),
+    "torch, imported": ("torch.save(1, 'x')", ["'torch' is the module torch", "it defines: "]),
+    "a class the file imports": ("LazyLinear(3)", ["LazyLinear, which it imports", "lazynn"]),
+    "a dunder attribute": ("Initialized.__init__.__globals__", ["not '__init__'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TARGET_REFUSALS))
+def test_a_target_names_what_the_file_defines(
+    case: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    call, fragments = TARGET_REFUSALS[case]
+    code = main(["summary", f"{nets}:{call}", "--input", "2x5"])
+    assert_one_line_error(code, *capsys.readouterr(), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("target", "first_line"),
+    [
+        ("{nets}:Stack.of(6)", "Stack: input [2, 5] -> output [2, 6]"),  # a classmethod
+        ("torch.nn:Linear(5, 4)", "Linear: input [2, 5] -> output [2, 4]"),  # a package's own
+    ],
+)
+def test_a_target_may_be_an_attribute_or_a_packages_own(
+    target: str, first_line: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    assert main(["summary", target.format(nets=nets), "--input", "2x5"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == first_line
 
 
 # --- the console script -----------------------------------------------------------------------
