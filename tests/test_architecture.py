@@ -64,6 +64,8 @@ LAYERS = [
     "_report",
     "_summary",
     "_targets",
+    "_shapes",
+    "_fixes",
     "_cli",
     "__main__",
 ]

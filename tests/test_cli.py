@@ -15,6 +15,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,14 @@ import torch
 
 import lazynn
 from lazynn._cli import main
+from lazynn._fixes import one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = "examples/digits.py:make_model"
 
 NETS = '''\
 """Factories for the command-line tests."""
+import os
 from typing import Any
 
 import torch
@@ -62,7 +65,7 @@ def broken():
 
 
 def raises():
-    raise RuntimeError("bad config\\nsecond line of the detail")
+    raise RuntimeError("bad config\\nsecond line of the detail")  # RAISES
 
 
 def not_a_module():
@@ -94,6 +97,42 @@ def _private():
     return tiny()
 
 
+class Stack(nn.Sequential):
+    @classmethod
+    def of(cls, width):
+        return cls(LazyLinear(width))
+
+
+class Faulty(nn.Module):
+    def forward(self, x):
+        raise ValueError("the faulty forward")  # FAULTY
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = LazyLinear(2)
+
+    def forward(self, x):
+        if x.sum() > 0:  # BRANCHY
+            x = -x
+        return self.fc(x)
+
+
+class LanguageModel(nn.Module):
+    """forward(tokens, (h0, c0)): the state is a tuple."""
+
+    def __init__(self, vocab=50, hidden=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 16)
+        self.lstm = lazynn.LazyLSTM(hidden, num_layers=2, batch_first=True)
+        self.head = LazyLinear(vocab)
+
+    def forward(self, tokens, state):
+        out, state = self.lstm(self.embed(tokens), state)
+        return self.head(out), state
+
+
 class Initialized(nn.Module):
     """Init code the instance form refuses: the factory form runs it."""
 
@@ -111,12 +150,30 @@ class Initialized(nn.Module):
 '''
 
 CRASHES = 'raise ValueError("fails at import\\nsecond line of the detail")\n'
+CHATTY = """\
+import lazynn
+from torch import nn
+
+print("the file prints at import")
+
+
+class Chatty(nn.Sequential):
+    def forward(self, x):
+        print("the forward prints")
+        return super().forward(x)
+
+
+def make():
+    print("the factory prints")
+    return Chatty(lazynn.LazyLinear(3))
+"""
 
 
 @pytest.fixture(scope="module")
 def nets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("cli")
     (folder / "crashes.py").write_text(CRASHES)
+    (folder / "chatty.py").write_text(CHATTY)
     path = folder / "nets.py"
     path.write_text(NETS)
     return path
@@ -279,6 +336,9 @@ RUNS = {
     "bad shape": ERRORS["bad shape"][0],
     "bad --dtype": ERRORS["bad --dtype"][0],
     "failing model": ERRORS["failing model"][0],
+    "quantized input dtype": ["{nets}:tiny", "--input", "2x5:qint8"],
+    "a dimension beyond int64": ["{nets}:tiny", "--input", "99999999999999999999x3x224x224"],
+    "float8 --dtype": ["{nets}:tiny", "--input", "2x5", "--dtype", "float8_e4m3fn"],
 }
 
 
@@ -329,6 +389,16 @@ def test_command_errors(case: str, runs: dict[str, tuple[int, str, str]]) -> Non
     assert_one_line_error(code, out, err, *ERRORS[case][1])
 
 
+@pytest.mark.parametrize(
+    "case", ["quantized input dtype", "a dimension beyond int64", "float8 --dtype"]
+)
+@pytest.mark.slow
+def test_command_input_errors(case: str, runs: dict[str, tuple[int, str, str]]) -> None:
+    """No warning, C++ frame or traceback on stderr: the one line alone, exit status 2."""
+    code, out, err = runs[case]
+    assert_one_line_error(code, out, err, *INPUT_ERRORS[case][1])
+
+
 def test_file_can_import_its_neighbours(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "helpers.py").write_text("WIDTH = 7\n")
     (tmp_path / "net.py").write_text(
@@ -375,6 +445,7 @@ def test_help_names_the_target_forms(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for fragment in ["FILE.py:NAME", "MODULE:NAME", "NAME(2, width=64)", "--input", "--dtype"]:
         assert fragment in out
+    assert "--input '(2x4x32, 2x4x32)'" in out  # the epilog's example of a tuple argument
 
 
 def test_factory_arguments(
@@ -468,6 +539,10 @@ FACTORY_ERRORS = {
     "missing arguments": ("sized", ["sized() failed", "Fix: pass its arguments", "(width"]),
     "wrong arguments": ("sized(6, nope=1)", ["'nope'", "its signature: sized(width"]),
     "not a call": ("sized[0]", ["expected TARGET", "MODULE:NAME"]),
+    "a repeated keyword": ("sized(width=6, width=7)", ["keyword argument repeated: width"]),
+    "3,000 nested signs": ("sized(" + "-" * 3000 + "1)", ["nests too deeply", "RecursionError"]),
+    "3,000 nested nots": ("sized(" + "not " * 3000 + "1)", ["nests too deeply"]),
+    "a deep literal": ("sized(" + "-" * 900 + "1)", ["must be Python literals"]),
 }
 
 
@@ -498,6 +573,10 @@ def test_no_callable_lists_what_the_file_defines(
         "blocks",
         "normed",
         "TwoInputs",
+        "Stack",
+        "Faulty",
+        "Branchy",
+        "LanguageModel",
         "Initialized",
     ]
 
@@ -528,6 +607,10 @@ FIXES = {
     "bfloat16 input, --dtype float16": (
         ["{nets}:tiny", "--input", "2x5:bfloat16", "--dtype", "float16"],
         ["Fix: pass --dtype bfloat16", "drop ':bfloat16'"],
+    ),
+    "float8 input": (
+        ["{nets}:tiny", "--input", "2x5:float8_e4m3fn"],
+        ["--dtype takes float32, float64, float16 or bfloat16, not float8_e4m3fn", "drop ':float8"],
     ),
     "long input, float model": (
         ["{nets}:tiny", "--input", "2x5:long"],
@@ -682,8 +765,276 @@ def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         main(["summary", "--help"])
     out = capsys.readouterr().out
     flags = ["--depth", "--expand", "--format", "--width", "--eval", "--training", "--optimizer"]
+    flags += ["--traceback"]
     assert all(flag in out for flag in flags)
     assert "implies --training" in " ".join(out.split())
+
+
+# --- one line for any input: huge dimensions, dtype names, factory arguments -------------------
+
+
+def nets_line(marker: str) -> int:
+    """The line of NETS that ends with the comment ``# marker``."""
+    (line,) = [i for i, text in enumerate(NETS.splitlines(), 1) if text.endswith(f"# {marker}")]
+    return line
+
+
+INPUT_ERRORS = {
+    "a dimension beyond int64": (
+        ["--input", "99999999999999999999x3x224x224"],
+        ["below 2**63", "'99999999999999999999x3x224x224'", "Fix: give smaller dimensions"],
+    ),
+    "more elements than int64 counts": (["--input", "4611686018427387904x3"], ["below 2**63"]),
+    "more bytes than int64 counts": (
+        ["--input", "2305843009213693952x3"],
+        ["bytes are below 2**63", "4-byte elements"],
+    ),
+    "float8 --dtype": (
+        ["--input", "2x5", "--dtype", "float8_e4m3fn"],
+        ["--dtype: expected one of float32 (float), float64 (double), float16", "bfloat16"],
+    ),
+    "float8_e5m2 --dtype": (["--input", "2x5", "--dtype", "float8_e5m2"], ["'float8_e5m2'"]),
+    "near miss --dtype": (
+        ["--input", "2x5", "--dtype", "floot16"],
+        ["received 'floot16'; did you mean 'float16'?"],
+    ),
+    "near miss input dtype": (
+        ["--input", "2x5:floot"],
+        ["float32, float16, bfloat16", "received 'floot'; did you mean 'float'?"],
+    ),
+    "quantized input dtype": (["--input", "2x5:qint8"], ["quantized", "drop ':qint8'"]),
+    "group not closed": (["--input", "(2x5, 2x5"], ["'(2x5, 2x5'", "not closed"]),
+    "group closed twice": (["--input", "(2x5, 2x5))"], ["outside the parentheses"]),
+    "groups side by side": (["--input", "(2x5)(2x5)"], ["expected ',' before '('"]),
+    "two groups in one --input": (["--input", "(2x5), (2x5)"], ["one --input per argument"]),
+    "empty item": (["--input", "(2x5,, 2x5)"], ["expected a shape or a group before ','"]),
+    "bad shape in a group": (["--input", "(2x5, 2xa)"], ["'(2x5, 2xa)'", "'2xa'"]),
+    "groups nested too deep": (["--input", "(" * 10 + "2x5" + ")" * 10], ["8 deep at most"]),
+}
+
+
+@pytest.mark.parametrize("case", list(INPUT_ERRORS))
+def test_input_and_dtype_errors_are_one_line(
+    case: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    args, fragments = INPUT_ERRORS[case]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no warning of torch's may show either)
+        code = main(["summary", f"{nets}:tiny", *args])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, *fragments)
+    assert "frame #" not in err
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_torchs_cpp_frames_are_dropped() -> None:
+    error = RuntimeError(
+        "Overflow when unpacking long long\nException raised from THPUtils_unpackLong at "
+        "python_numbers.h:79 (most recent call first):\nframe #0: c10::Error::Error(...)"
+    )
+    assert one_line(error) == "Overflow when unpacking long long"
+
+
+# --- targets name what the file defines ---------------------------------------------------------
+
+TARGET_REFUSALS = {
+    "a module the file imports": ("os.system('echo hi')", ["'os' is the module os", "two_inputs"]),
+    "torch, imported": ("torch.save(1, 'x')", ["'torch' is the module torch", "it defines: "]),
+    "a class the file imports": ("LazyLinear(3)", ["LazyLinear, which it imports", "lazynn"]),
+    "a dunder attribute": ("Initialized.__init__.__globals__", ["not '__init__'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TARGET_REFUSALS))
+def test_a_target_names_what_the_file_defines(
+    case: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    call, fragments = TARGET_REFUSALS[case]
+    code = main(["summary", f"{nets}:{call}", "--input", "2x5"])
+    assert_one_line_error(code, *capsys.readouterr(), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("target", "first_line"),
+    [
+        ("{nets}:Stack.of(6)", "Stack: input [2, 5] -> output [2, 6]"),  # a classmethod
+        ("torch.nn:Linear(5, 4)", "Linear: input [2, 5] -> output [2, 4]"),  # a package's own
+    ],
+)
+def test_a_target_may_be_an_attribute_or_a_packages_own(
+    target: str, first_line: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    assert main(["summary", target.format(nets=nets), "--input", "2x5"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == first_line
+
+
+# --- where the user's code raised it, and --traceback -----------------------------------------
+
+WHERE = {
+    "their forward raises": (
+        "{nets}:Faulty",
+        ["(ValueError: the faulty forward)", "(raised at {path}:{FAULTY} in forward; "],
+    ),
+    "their forward reads values": (
+        "{nets}:Branchy",
+        [
+            "Tensor.item() cannot be called on meta tensors",
+            "raised in torch, called at {path}:{BRANCHY} in forward",
+            "Fix: the summary runs the forward on meta tensors, which have no values",
+            "--traceback",
+        ],
+    ),
+    "their factory raises": ("{nets}:raises", ["bad config (raised at {path}:{RAISES} in raises"]),
+    "their file raises at import": (
+        "{crashes}:make",
+        ["fails at import (raised at {crashes}:1 in <module>"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WHERE))
+def test_an_error_of_the_users_code_names_its_line(
+    case: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    target, fragments = WHERE[case]
+    crashes = nets.parent / "crashes.py"
+    lines = {m: nets_line(m) for m in ("FAULTY", "BRANCHY", "RAISES")}
+    code = main(["summary", target.format(nets=nets, crashes=crashes), "--input", "2x5"])
+    out, err = capsys.readouterr()
+    filled = [f.format(path=nets, crashes=crashes, **lines) for f in fragments]
+    assert_one_line_error(code, out, err, *filled)
+    assert "--input" not in err.split(" Fix: ")[-1] or case == "their forward raises"
+
+
+def test_lazynns_own_refusal_names_no_line(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    code = main(["summary", f"{nets}:broken", "--input", "1x3x2x2"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, "LazyConv2d at '0'")
+    assert "raised" not in err
+
+
+def test_traceback_shows_the_original_exception(
+    capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    code = main(["summary", f"{nets}:Faulty", "--input", "2x5", "--traceback"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.startswith("Traceback (most recent call last):")
+    assert f'File "{nets}", line {nets_line("FAULTY")}, in forward' in err
+    assert "ValueError: the faulty forward\n" in err  # the original, then what lazynn made of it
+    assert "The above exception was the direct cause of the following exception" in err
+    last = err.splitlines()[-1]
+    assert last.startswith("lazynn: error: Faulty (root)")
+    assert f"(raised at {nets}:{nets_line('FAULTY')} in forward)" in last
+
+
+# --- the optimizer ---------------------------------------------------------------------------
+
+OPTIMIZER_ERRORS = {
+    "lbfgs": ["--optimizer LBFGS", "needs a closure", "adamw, asgd", "Fix: estimate with"],
+    "SparseAdam": ["--optimizer SparseAdam", "sparse gradients", "adamw, asgd"],
+    "adamm": ["--optimizer: expected", "received 'adamm' (did you mean 'adam'?)"],
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZER_ERRORS))
+def test_an_optimizer_that_cannot_step_on_meta_is_refused_first(
+    name: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    """Refused before the target is loaded (crashes.py would fail), with why and the names."""
+    crashes = nets.parent / "crashes.py"
+    code = main(["summary", f"{crashes}:make", "--input", "2x5", "--optimizer", name])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, *OPTIMIZER_ERRORS[name])
+    listed = err.split("expected")[1]
+    assert "lbfgs" not in listed
+    assert "sparseadam" not in listed
+
+
+@pytest.mark.parametrize("name", ["asgd", "adafactor"])
+def test_optimizers_that_read_values_are_estimated(
+    name: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    assert main(["summary", f"{nets}:tiny", "--input", "2x5", "--optimizer", name]) == 0
+    out = capsys.readouterr().out
+    assert f"Training memory ({'ASGD' if name == 'asgd' else 'Adafactor'}, on meta)" in out
+
+
+def test_muon_says_it_takes_matrices(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    code = main(["summary", f"{nets}:tiny", "--input", "2x5", "--optimizer", "muon"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, "Muon only supports 2D", "2-D parameters only")
+    assert "optimizer=" not in err
+
+
+# --- stdout holds the summary alone; view flags a format has no use for -------------------------
+
+
+@pytest.mark.parametrize("form", ["json", "table"])
+def test_the_users_prints_go_to_stderr(
+    form: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    chatty = nets.parent / "chatty.py"
+    assert main(["summary", f"{chatty}:make", "--input", "2x5", "--format", form]) == 0
+    out, err = capsys.readouterr()
+    if form == "json":
+        assert json.loads(out)["total_params"] == 18
+    else:
+        assert out.splitlines()[0] == "Chatty: input [2, 5] -> output [2, 3]"
+    for printed in ["the file prints at import", "the factory prints", "the forward prints"]:
+        assert printed in err
+        assert printed not in out
+
+
+VIEW_REFUSALS = {
+    "--depth with json": (["--format", "json", "--depth", "1"], ["--depth with --format json"]),
+    "--width with json": (["--format", "json", "--width", "60"], ["--width with --format json"]),
+    "--width with markdown": (["--format", "markdown", "--width", "60"], ["markdown is not cut"]),
+}
+
+
+@pytest.mark.parametrize("case", list(VIEW_REFUSALS))
+def test_view_flags_a_format_ignores_are_refused(
+    case: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    flags, fragments = VIEW_REFUSALS[case]
+    code = main(["summary", f"{nets}:blocks", "--input", "2x5", *flags])
+    assert_one_line_error(code, *capsys.readouterr(), *fragments, "Fix: drop --")
+
+
+def test_expand_with_json_is_json(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    """The JSON lists every block: --expand asks for what it has."""
+    argv = ["summary", f"{nets}:blocks", "--input", "2x5", "--format", "json"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert main([*argv, "--expand"]) == 0
+    assert capsys.readouterr().out == plain
+    assert len(json.loads(plain)["rows"]) == 1 + 4 * 3
+
+
+# --- nested inputs: a tuple argument ------------------------------------------------------------
+
+
+def test_a_tuple_argument_is_a_parenthesized_group(
+    capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    """An LSTM language model's forward(tokens, (h0, c0))."""
+    argv = ["summary", f"{nets}:LanguageModel", "--width", "0", "--input", "4x16:long"]
+    assert main([*argv, "--input", "(2x4x32, 2x4x32)"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines()[0] == (
+        "LanguageModel: input [4, 16] int64, [2, 4, 32], [2, 4, 32] "
+        "-> output [4, 16, 50], [2, 4, 32], [2, 4, 32]"
+    )
+    factory = runpy.run_path(str(nets), run_name="nets_test")["LanguageModel"]
+    tokens, state = lazynn.Spec((4, 16), torch.long), (torch.zeros(2, 4, 32),) * 2
+    assert total_line(built_total(factory, tokens, state)) in out.splitlines()
+    spec = lazynn.Spec((2, 4, 32))
+    assert out == lazynn.summary(factory(), tokens, (spec, spec)).render(width=None) + "\n"
+    code = main([*argv, "--input", "2x4x32"])  # the state as one tensor: the LSTM says so
+    assert_one_line_error(code, *capsys.readouterr(), "LazyLSTM at 'lstm'")
 
 
 # --- the console script -----------------------------------------------------------------------

@@ -103,6 +103,9 @@ OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
     "sgd_momentum": ("sgd", {"momentum": 0.9}),
     "rmsprop": ("rmsprop", {}),
     "adagrad": ("adagrad", {}),
+    # their step reads values (.item()) of the state it creates: counted as created
+    "asgd": ("asgd", {}),
+    "adafactor": ("adafactor", {}),
 }
 
 OPTIMIZER_CLASSES = {
@@ -111,6 +114,8 @@ OPTIMIZER_CLASSES = {
     "sgd": torch.optim.SGD,
     "rmsprop": torch.optim.RMSprop,
     "adagrad": torch.optim.Adagrad,
+    "asgd": torch.optim.ASGD,
+    "adafactor": torch.optim.Adafactor,
 }
 
 
@@ -302,6 +307,7 @@ def test_an_unknown_optimizer_is_refused_with_the_names() -> None:
         if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c.__name__ == n
     ]
     names.remove("optimizer")
+    names = [n for n in names if n not in ("lbfgs", "sparseadam")]  # (refused: no meta step)
     model = MODELS["mlp"][0]()
     with pytest.raises(lazynn.LazynnError, match="'adamx'") as info:
         training_memory(model, ((4, 20),), optimizer="adamx")
@@ -309,14 +315,42 @@ def test_an_unknown_optimizer_is_refused_with_the_names() -> None:
     assert lazynn.is_lazy(model)
 
 
-def test_an_optimizer_that_cannot_step_on_meta_is_refused_with_another() -> None:
+@pytest.mark.parametrize(
+    ("optimizer", "reason"),
+    [
+        ("lbfgs", "needs a closure"),
+        (torch.optim.LBFGS, "needs a closure"),
+        ("SparseAdam", "takes sparse gradients only"),
+    ],
+)
+def test_an_optimizer_that_cannot_step_on_meta_is_refused_with_the_reason(
+    optimizer: Any, reason: str
+) -> None:
+    """Refused before anything runs, with why and the names that work."""
     model = lazynn.build(MODELS["mlp"][0](), MODELS["mlp"][1])
     before = copy.deepcopy(model.state_dict())
-    with pytest.raises(lazynn.LazynnError, match="LBFGS") as info:
-        training_memory(model, ((4, 20),), optimizer="lbfgs")
-    assert "'adamw'" in str(info.value)
+    with pytest.raises(lazynn.LazynnError, match=reason) as info:
+        training_memory(model, ((4, 20),), optimizer=optimizer)
+    assert "adamw, asgd" in str(info.value)
+    assert "lbfgs" not in str(info.value).split("expected")[1]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_muon_takes_matrices_only() -> None:
+    """Muon refuses a bias in torch's words, with the reason; a model of matrices is fine."""
+    model = nn.Sequential(lazynn.LazyLinear(8), nn.ReLU(), lazynn.LazyLinear(2))
+    with pytest.raises(lazynn.LazynnError, match="Muon only supports 2D") as info:
+        training_memory(model, ((4, 20),), optimizer="muon")
+    assert "2-D parameters only" in str(info.value)
+    matrices = nn.Sequential(lazynn.LazyLinear(8, bias=False), lazynn.LazyLinear(2, bias=False))
+    estimate = training_memory(matrices, ((4, 20),), optimizer="muon")
+    assert estimate.optimizer_states == estimate.gradients  # a momentum buffer each
+
+
+def test_a_near_miss_optimizer_name_is_suggested() -> None:
+    with pytest.raises(lazynn.LazynnError, match=r"'adamm' \(did you mean 'adam'\?\)"):
+        lazynn.summary(MODELS["mlp"][0](), (4, 20), training=True, optimizer="adamm")
 
 
 def test_torchs_own_lazy_layers_and_lazy_ties() -> None:

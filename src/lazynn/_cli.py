@@ -4,15 +4,17 @@
 ``package.module:NAME`` (in an importable module), optionally with literal arguments in
 Python call syntax, ``FILE.py:NAME(2, width=64)``. The factory is called on the meta device,
 so even a 70B-parameter model costs no memory; the summary is computed on meta too. Errors
-print one line (what, where, the fix, naming this command's flags) and exit with status 2,
-no traceback.
+print one line (what, where, the fix, naming this command's flags; ``_fixes``) and exit with
+status 2, no traceback (``--traceback`` prints it before the line). What the user's code
+prints goes to stderr: stdout holds the summary alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import contextlib
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -20,15 +22,17 @@ from typing import NoReturn
 
 import torch
 
-from ._errors import LazynnError
-from ._rehearse import Spec
+from ._errors import LazynnError, first_line
+from ._fixes import cli_fix, one_line, user_line
+from ._memory import optimizer_class, supported_optimizers
+from ._shapes import check_bytes, model_dtype, parse_input
 from ._summary import summary
 from ._targets import CommandError, construct, load_factory, parse_target
 
 __all__ = ["console", "main"]
 
 _USAGE_EXAMPLE = "lazynn summary examples/models.py:resnet50 --input 1x3x224x224"
-#: the name the factories of a file run by the command line see as ``__name__``
+#: --format's choices
 _FORMATS = ("table", "markdown", "json")
 
 
@@ -59,14 +63,18 @@ def _parser() -> argparse.ArgumentParser:
         "  lazynn summary examples/models.py:resnet50 --input 1x3x224x224\n"
         "  lazynn summary 'examples/models.py:lazy_llama(2, 64, 4, 128, 1000)' "
         "--input 1x16:long\n"
-        "  lazynn summary examples.models:gpt2_medium --input 1x1024:long",
+        "  lazynn summary examples.models:gpt2_medium --input 1x1024:long\n"
+        "  lazynn summary lm.py:LanguageModel --input 4x16:long --input '(2x4x32, 2x4x32)'\n"
+        "      (a forward(tokens, state) whose state is a tuple (h0, c0): a parenthesized\n"
+        "      group of shapes is a tuple argument)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument(
         "target",
         metavar="TARGET",
-        help="the model's factory: FILE.py:NAME (a function or class in a Python file) or "
-        "MODULE:NAME (in an importable module such as pkg.models), called with no arguments, "
+        help="the model's factory: FILE.py:NAME (a function or class the Python file defines, "
+        "or an attribute of one, Net.from_config; not a name it imports) or MODULE:NAME (in "
+        "an importable module such as pkg.models), called with no arguments, "
         "or with literal arguments in Python call syntax: 'FILE.py:NAME(2, width=64)' "
         "(quote it for the shell)",
     )
@@ -77,13 +85,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHAPE[:DTYPE]",
         help="an example input shape such as 1x3x224x224, or 1x1024:long for token ids "
         "(without a dtype: the model's, see --dtype); repeat for several inputs, in the "
-        "order of forward's arguments",
+        "order of forward's arguments; a tuple argument is a parenthesized group of them, "
+        "'(2x4x32, 2x4x32)' (quote it for the shell; groups nest)",
     )
     cmd.add_argument(
         "--dtype",
         default=None,
-        help="the model's floating-point dtype (float32, float16, bfloat16...): sets the "
-        "default dtype while the model is constructed and summarized (default: float32)",
+        help="the model's dtype: float32, float64, float16 or bfloat16 (what torch takes as "
+        "the default dtype, set while the model is constructed and summarized; default: "
+        "float32)",
+    )
+    cmd.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on an error, print the full traceback (the original exception, then what "
+        "lazynn made of it) before the one-line message",
     )
     view = cmd.add_argument_group("the view")
     view.add_argument(
@@ -104,14 +120,16 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         choices=_FORMATS,
         default="table",
-        help="table (text, the default), markdown, or json (every figure, for scripts)",
+        help="table (text, the default), markdown, or json (for scripts: every module, "
+        "each block and every depth, with every figure; --depth and --width are for the "
+        "tables)",
     )
     view.add_argument(
         "--width",
         type=_count(0),
-        default=100,
+        default=None,
         metavar="N",
-        help="the table's widest line, in characters (long names and shapes are cut "
+        help="the text table's widest line, in characters (long names and shapes are cut "
         "with ..., each column keeping 12; default: 100; 0: no limit)",
     )
     run = cmd.add_argument_group("the run")
@@ -130,8 +148,10 @@ def _parser() -> argparse.ArgumentParser:
         "--optimizer",
         default=None,
         metavar="NAME",
-        help="the optimizer of the --training estimate, a torch.optim name in any case "
-        "(adamw, the default, sgd, adam...); implies --training",
+        help="the optimizer of the --training estimate, a torch.optim name in any case: "
+        + ", ".join(supported_optimizers())
+        + " (default: adamw; not lbfgs, which needs a closure, nor sparseadam, which needs "
+        "sparse gradients); implies --training",
     )
     return parser
 
@@ -151,123 +171,71 @@ def _count(least: int) -> Callable[[str], int]:
     return parse
 
 
-# --- fixes in the command line's terms ----------------------------------------------------
-
-_DTYPE_MISMATCH = re.compile(
-    r"expected a torch\.(\w+) input \(the layer's dtype\), received a torch\.(\w+) input"
-)
-#: the Python API's fix (its start) -> the command line's
-_FIXES = {
-    "reshape the input": "change the --input shape so that this layer receives one of the "
-    "accepted layouts",
-    "call the layer with a non-empty input": "give --input no 0 dimension",
-    "check the example inputs' shapes": "check the --input shapes (and dtypes: ':long' for "
-    "token ids) and the layers before this one",
-    "check the example inputs": "give one --input per argument of the model's forward, in order",
-    "check the input's layout": "check the --input shapes and the layer's arguments in the factory",
-    "call it with a valid input": "check the --input shapes and dtypes",
-    "give a batch of more than one": "give --input a batch of more than one, or pass --eval",
-}
-
-
-def _dtype_fix(expected: str, received: str, inputs: Sequence[str]) -> str:
-    """The fix for a layer of dtype ``expected`` given an input of dtype ``received``."""
-    given = [
-        (text, text.partition(":")[2])
-        for text in inputs
-        if (suffix := text.partition(":")[2])
-        and getattr(torch, suffix, None) == getattr(torch, received, None)
-    ]
-    drop = " or ".join(f"drop ':{suffix}' from --input {text}" for text, suffix in given)
-    if getattr(torch, received).is_floating_point:
-        fix = f"pass --dtype {received} (to construct the model in {received})"
-        return f"{fix} or {drop}" if drop else fix
-    floating = "this layer takes floating-point input (token ids go to an nn.Embedding first)"
-    return f"{floating}: {drop}" if drop else f"{floating}: check the --input dtypes"
-
-
-def _cli_fix(text: str, inputs: Sequence[str]) -> str:
-    """``text`` with its Python-API fix (``x.to(dtype)``...) replaced by one that names this
-    command's flags, when one applies; otherwise ``text`` unchanged."""
-    head, sep, fix = text.rpartition(" Fix: ")
-    if not sep:
-        return text
-    if (mismatch := _DTYPE_MISMATCH.search(head)) and "x.to(dtype)" in fix:
-        return f"{head} Fix: {_dtype_fix(mismatch[1], mismatch[2], inputs)}"
-    if re.search(r"forward\(\) (takes|missing)", head):  # as many inputs as arguments
-        return f"{head} Fix: give one --input per argument of the model's forward, in order"
-    if "'indices'" in head and "Long" in head:  # an nn.Embedding given floats
-        return f"{head} Fix: pass token ids as integers: add ':long' to their --input"
-    if head.startswith("training_memory(optimizer=...)"):
-        head = "--optimizer" + head.removeprefix("training_memory(optimizer=...)")
-        return f"{head} Fix: pass one of these names to --optimizer (any case)"
-    if head.startswith("training_memory(optimizer="):  # one that cannot step on meta
-        head = re.sub(r"^training_memory\(optimizer='(\w+)'\)", r"--optimizer \1", head)
-        return f"{head} Fix: " + fix.replace("optimizer=", "--optimizer ").replace("'", "")
-    for python, cli in _FIXES.items():
-        if fix.startswith(python):
-            return f"{head} Fix: {cli}"
-    return text
-
-
 # --- the command --------------------------------------------------------------------------
 
 
-def _dtype(name: str | None) -> torch.dtype | None:
-    """The --dtype value: a floating-point torch dtype, or None."""
-    if name is None:
-        return None
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise CommandError(f"--dtype: expected a floating-point dtype name, received {name!r}")
-    return dtype
+def _check_view(args: argparse.Namespace) -> None:
+    """Refuse view flags the chosen format has no use for (rather than ignore them)."""
+    if args.format == "json" and args.depth is not None:
+        raise CommandError(
+            "--depth with --format json: the JSON lists every module, at every depth (each "
+            "row's path says how deep it is), with every figure. Fix: drop --depth, or use "
+            "--format table or markdown"
+        )
+    if args.format != "table" and args.width is not None:
+        raise CommandError(
+            f"--width with --format {args.format}: --width cuts the text table's lines, and "
+            f"{args.format} is not cut. Fix: drop --width, or use --format table"
+        )
 
 
-def _specs(inputs: Sequence[str]) -> list[Spec]:
-    """The --input values as Specs (the shape's syntax is :meth:`Spec.parse`'s)."""
-    specs = []
-    for text in inputs:
-        shape, _, dtype = text.partition(":")
-        if dtype and not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise CommandError(
-                f"--input {text!r}: expected a dtype name after ':' (long, float16...), "
-                f"received {dtype!r}"
-            )
-        specs.append(Spec.parse(shape, dtype or None))
-    return specs
+def _check_optimizer(name: str | None) -> None:
+    """Refuse an --optimizer the estimate cannot use, before anything runs."""
+    if name is not None:
+        try:
+            optimizer_class(name)
+        except LazynnError as error:
+            raise CommandError(cli_fix(str(error), ())) from error
 
 
 def _summary(args: argparse.Namespace) -> str:
-    """The ``summary`` command: what it prints."""
-    specs = _specs(args.input)
+    """The ``summary`` command: what it prints. The user's code (their file, factory and
+    forward) prints to stderr, so that stdout holds the summary alone (valid JSON)."""
+    inputs = [parse_input(text) for text in args.input]
     target = parse_target(args.target)
-    model_dtype = _dtype(args.dtype)
-    factory = load_factory(target)
+    dtype = model_dtype(args.dtype)
+    _check_view(args)
+    _check_optimizer(args.optimizer)
+    check_bytes([i.value for i in inputs], dtype or torch.get_default_dtype())
+    leaves = [leaf for i in inputs for leaf in i.leaves]
     previous = torch.get_default_dtype()
     try:
-        if model_dtype is not None:
-            torch.set_default_dtype(model_dtype)
-        model = construct(target, factory)
-        try:
+        with contextlib.redirect_stdout(sys.stderr):
+            factory = load_factory(target)
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            model = construct(target, factory)
             result = summary(
                 model,
-                *specs,
+                *(i.value for i in inputs),
                 mode="eval" if args.eval else "train",
                 training=args.training or args.optimizer is not None,  # --optimizer implies it
                 optimizer=args.optimizer or "adamw",
             )
-            return result.render(
-                format=args.format,
-                depth=args.depth,
-                expand=args.expand,
-                width=args.width or None,
-            )
-        except LazynnError as error:
-            raise CommandError(_cli_fix(str(error), args.input)) from None
-        except Exception as error:  # e.g. a shape too large for torch to describe
-            raise CommandError(f"{type(error).__name__}: {error}") from None
+    except LazynnError as error:
+        raise CommandError(cli_fix(str(error), leaves)) from error
+    except CommandError:
+        raise
+    except Exception as error:  # e.g. a shape too large for torch to describe
+        raise CommandError(f"{type(error).__name__}: {first_line(error)}") from error
     finally:
         torch.set_default_dtype(previous)
+    return result.render(
+        format=args.format,
+        depth=args.depth,
+        expand=args.expand,
+        width=100 if args.width is None else args.width or None,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,8 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(_summary(args))
     except (CommandError, LazynnError) as error:
-        text = " ".join(str(error).split())  # one line, whatever the error's own layout
-        print(f"lazynn: error: {text}", file=sys.stderr)
+        if args.traceback:  # the original exception and what lazynn made of it
+            traceback.print_exception(error)
+        print(f"lazynn: error: {one_line(error, hint=not args.traceback)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
         sys.stderr.close()
@@ -285,7 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lazynn: interrupted", file=sys.stderr)
         return 130
     except SystemExit as exit_:  # the user's file or model called sys.exit()
-        print(f"lazynn: error: {args.target} exited ({exit_.code})", file=sys.stderr)
+        if args.traceback:
+            traceback.print_exception(exit_)
+        where = user_line(exit_)
+        at = f", at {where}" if where else ""
+        print(f"lazynn: error: {args.target} exited ({exit_.code}{at})", file=sys.stderr)
         return 2
     return 0
 

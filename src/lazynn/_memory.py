@@ -38,8 +38,9 @@ mixed precision (autocast) and ``torch.compile`` are not modelled (run the estim
 model as it will be trained). Kernels are chosen as on a CPU: a GPU may choose others
 that save other tensors (memory-efficient or cuDNN attention, cuDNN's batch norm). A
 forward that reads values (``.item()``, data-dependent shapes) cannot run and is refused,
-and so is an optimizer that cannot step on meta (``LBFGS`` needs a loss value, ``ASGD``
-and ``Adafactor`` read values, ``SparseAdam`` wants sparse gradients).
+and so, before anything runs, is an optimizer whose step cannot stand on meta (``LBFGS``
+needs a closure, ``SparseAdam`` sparse gradients); ``ASGD`` and ``Adafactor`` read values of
+the state they create, which is counted as created; ``Muon`` takes 2-D parameters only.
 
 >>> import torch, lazynn
 >>> from torch import nn
@@ -55,6 +56,7 @@ True
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,7 +72,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 # use it); it compares StorageImpl addresses, which tell meta storages apart. Public module.
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ._errors import InferenceError, LazynnError, first_line, message
+from ._errors import InferenceError, LazynnError, first_line, message, meta_limitation
 from ._mixin import finish, is_unbuilt
 from ._placeholder import is_lazy
 from ._rehearse import Spec, as_meta, rehearse
@@ -79,7 +81,7 @@ from ._state import BUILD_LOCK
 from ._tensors import is_placeholder, map_tensors, own_slots
 from ._twin import meta_twin
 
-__all__ = ["Memory", "training_memory"]
+__all__ = ["Memory", "optimizer_class", "supported_optimizers", "training_memory"]
 
 #: the learning rate given to an optimizer whose constructor requires one, when none is given
 DEFAULT_LR = 1e-3
@@ -139,7 +141,7 @@ def training_memory(
             :class:`~lazynn.InferenceError` if the model cannot be built or run on the
             examples.
     """
-    cls = _optimizer_class(optimizer)
+    cls = optimizer_class(optimizer)
     example_inputs = _as_inputs(example_inputs)
     kwargs = dict(example_kwargs or {})
     saved_rng = RandomState()
@@ -211,6 +213,25 @@ def _as_inputs(examples: Any) -> tuple[Any, ...]:
 
 
 # --- the optimizer -------------------------------------------------------------------------
+#: torch.optim classes the estimate refuses before anything runs, and why
+_REFUSED = {
+    "LBFGS": "its step() needs a closure that re-evaluates the loss (several forwards a "
+    "step, and a history of flat vectors that grows over the steps), which one step on meta "
+    "tensors cannot stand for",
+    "SparseAdam": "it takes sparse gradients only (from nn.Embedding(sparse=True)), and the "
+    "estimate gives every trainable parameter a dense one",
+}
+#: optimizers whose step reads values of the state it has just created (``.item()`` of ASGD's
+#: ``eta`` and ``mu``, of the parameter's norm in Adafactor), which meta tensors do not hold:
+#: their state is counted as created (tests/test_memory.py checks it against real steps)
+_READ_VALUES = ("ASGD", "Adafactor")
+#: the fix of an optimizer that refuses the model's parameters
+_LIMITS = {
+    "Muon": "Muon takes 2-D parameters only (a model's biases, norms and embeddings "
+    "train with another optimizer)"
+}
+
+
 def _optimizers() -> dict[str, type[torch.optim.Optimizer]]:
     """torch.optim's optimizer classes, by lower-case name."""
     found = {}
@@ -224,25 +245,46 @@ def _optimizers() -> dict[str, type[torch.optim.Optimizer]]:
     return dict(sorted(found.items()))
 
 
-def _optimizer_class(optimizer: str | type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
-    """The optimizer class for a name of torch.optim (any case) or a class (returned).
+def supported_optimizers() -> list[str]:
+    """The lower-case names of the torch.optim classes the estimate takes (not LBFGS nor
+    SparseAdam, :data:`_REFUSED`)."""
+    return [n for n, cls in _optimizers().items() if cls.__name__ not in _REFUSED]
 
-    >>> _optimizer_class("AdamW")
+
+def optimizer_class(optimizer: str | type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    """The optimizer class for a name of torch.optim (any case) or a class (returned); an
+    unknown name, or an optimizer the estimate cannot step (:data:`_REFUSED`), is refused.
+
+    >>> optimizer_class("AdamW")
     <class 'torch.optim.adamw.AdamW'>
     """
-    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        return optimizer
     known = _optimizers()
-    if isinstance(optimizer, str) and optimizer.lower() in known:
-        return known[optimizer.lower()]
-    raise LazynnError(
-        message(
-            "training_memory(optimizer=...)",
-            "a torch.optim.Optimizer subclass or the name of one: " + ", ".join(known),
-            repr(optimizer),
-            "pass one of these names (any case) or an optimizer class",
+    supported = supported_optimizers()
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        cls = optimizer
+    elif isinstance(optimizer, str) and optimizer.lower() in known:
+        cls = known[optimizer.lower()]
+    else:
+        close = difflib.get_close_matches(str(optimizer).lower(), supported, n=1)
+        raise LazynnError(
+            message(
+                "training_memory(optimizer=...)",
+                "a torch.optim.Optimizer subclass or the name of one: " + ", ".join(supported),
+                repr(optimizer) + (f" (did you mean {close[0]!r}?)" if close else ""),
+                "pass one of these names (any case) or an optimizer class",
+            )
         )
-    )
+    if cls.__name__ in _REFUSED and cls.__module__.startswith("torch.optim"):
+        raise LazynnError(
+            message(
+                f"training_memory(optimizer={cls.__name__!r})",
+                "an optimizer whose step the estimate can run on meta tensors: "
+                + ", ".join(supported),
+                f"{cls.__name__}: {_REFUSED[cls.__name__]}",
+                "estimate with another optimizer: one of these names (any case) or a class",
+            )
+        )
+    return cls
 
 
 def _requires_lr(cls: type[torch.optim.Optimizer]) -> bool:
@@ -261,6 +303,7 @@ def _optimizer_states(
         kwargs["lr"] = DEFAULT_LR
     if not params:  # nothing to train: no state (an optimizer refuses an empty list)
         return 0
+    optimizer = None
     try:
         optimizer = cls(params, **kwargs)
         for p in params:
@@ -268,20 +311,40 @@ def _optimizer_states(
         with torch.no_grad():
             optimizer.step()
     except Exception as error:
-        others = [n for n in ("adamw", "sgd", "adagrad") if n != cls.__name__.lower()]
-        raise LazynnError(
-            message(
-                f"training_memory(optimizer={cls.__name__!r})",
-                "an optimizer that can be constructed with "
-                f"{kwargs or 'its defaults'} and take one step on meta tensors",
-                f"{cls.__name__}, which failed",
-                f"estimate with another optimizer: optimizer={others[0]!r} (or "
-                f"{', '.join(repr(n) for n in others[1:])})"
-                + (", or other optimizer_kwargs" if kwargs else ""),
-                detail=f"{type(error).__name__}: {first_line(error)}",
-            )
-        ) from error
+        created = optimizer is not None and all(p in optimizer.state for p in params)
+        if not (
+            created
+            and meta_limitation(error)
+            and cls.__name__ in _READ_VALUES
+            and cls.__module__.startswith("torch.optim")
+        ):
+            raise _step_failed(cls, kwargs, error) from error
+    assert optimizer is not None
     return sum(t.nbytes for t in _unique(_tensors_in(optimizer.state)))
+
+
+def _step_failed(
+    cls: type[torch.optim.Optimizer], kwargs: dict[str, Any], error: Exception
+) -> LazynnError:
+    """The refusal of an optimizer that failed to construct or step on meta."""
+    others = [n for n in ("adamw", "sgd", "adagrad") if n != cls.__name__.lower()]
+    fix = (
+        f"estimate with another optimizer: optimizer={others[0]!r} (or "
+        f"{', '.join(repr(n) for n in others[1:])})"
+        + (", or other optimizer_kwargs" if kwargs else "")
+    )
+    if cls.__name__ in _LIMITS:
+        fix = f"{_LIMITS[cls.__name__]}: {fix}"
+    return LazynnError(
+        message(
+            f"training_memory(optimizer={cls.__name__!r})",
+            "an optimizer that can be constructed with "
+            f"{kwargs or 'its defaults'} and take one step on meta tensors",
+            f"{cls.__name__}, which failed",
+            fix,
+            detail=f"{type(error).__name__}: {first_line(error)}",
+        )
+    )
 
 
 def _tensors_in(obj: Any) -> Iterator[torch.Tensor]:

@@ -13,6 +13,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -89,6 +90,17 @@ class Spec:
                     f"{text!r}, with {', '.join(map(str, negative))}",
                     "write each dimension as a size, such as 1x3x224x224; for a symbolic "
                     "batch, a letter: Bx3x224x224",
+                )
+            )
+        sizes = [d for d in shape if isinstance(d, int)]
+        if max(sizes, default=0) >= 2**63 or math.prod(sizes) >= 2**63:
+            raise InferenceError(  # (torch's sizes and numel are int64: C++ errors otherwise)
+                message(
+                    "--input",
+                    "dimensions below 2**63 whose product (the number of elements) is below "
+                    "2**63 too: torch's sizes are int64",
+                    f"{text!r}, of {math.prod(sizes):.3g} elements",
+                    "give smaller dimensions",
                 )
             )
         resolved = None

@@ -21,7 +21,7 @@ from torch import nn
 
 from ._errors import InferenceError, LazynnError, first_line, message
 from ._factory import draft, is_factory
-from ._memory import Memory, training_memory
+from ._memory import Memory, optimizer_class, training_memory
 from ._mixin import is_lazy_module
 from ._rehearse import Call, Rehearsal, Spec, rehearse
 from ._report import Dim, Shape, Summary, SummaryRow
@@ -78,6 +78,8 @@ def summary(
         raise LazynnError(
             message("lazynn.summary", "mode='train' or mode='eval'", repr(mode), "pass one of them")
         )
+    if training:  # an unknown or refused optimizer, before anything runs
+        optimizer_class(optimizer)
     if is_factory(model):
         model, _ = draft(model, "lazynn.summary(factory)")  # type: ignore[arg-type]
     assert isinstance(model, nn.Module)

@@ -25,7 +25,7 @@ from typing import Any
 
 from torch import nn
 
-from ._errors import LazynnError
+from ._errors import LazynnError, first_line
 from ._factory import draft
 
 __all__ = ["CommandError", "Target", "construct", "load_factory", "parse_target"]
@@ -56,24 +56,34 @@ class Target:
 
 
 def _dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` for a chain of names, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
+    """``a.b.c`` for a chain of names, else None (read without recursion)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def _shown(node: ast.expr) -> str:
+    """``node`` as source text for an error, cut short (a deep one without recursion)."""
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, MemoryError):
+        return "(an expression nested too deeply to show)"
+    return _cut(text, 60)
 
 
 def _literal(node: ast.expr, text: str, what: str) -> Any:
     """The value of a literal argument ``node``; anything else is a one-line error."""
     try:
         return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as error:
         raise CommandError(
-            f"{text!r}: the factory's arguments must be Python literals ({_LITERALS}), "
-            f"received {ast.unparse(node)!r} for {what}"
-        ) from None
+            f"{_cut(text)!r}: the factory's arguments must be Python literals ({_LITERALS}), "
+            f"received {_shown(node)!r} for {what}"
+        ) from error
 
 
 def _parse_call(source: str, call: str, text: str) -> Target | None:
@@ -82,6 +92,12 @@ def _parse_call(source: str, call: str, text: str) -> Target | None:
         tree = ast.parse(call.strip(), mode="eval").body
     except SyntaxError:
         return None
+    except (RecursionError, MemoryError) as error:  # (thousands of nested - or not)
+        raise CommandError(
+            f"{_cut(text)!r}: the target nests too deeply for Python's parser "
+            f"({type(error).__name__}: {error}). Fix: write the factory's arguments as plain "
+            "literals"
+        ) from error
     name = _dotted(tree)
     if name is not None:
         return Target(text, source, name)
@@ -92,10 +108,12 @@ def _parse_call(source: str, call: str, text: str) -> Target | None:
         if isinstance(node, ast.Starred):
             raise CommandError(f"{text!r}: *arguments are not supported; write each one")
         args.append(_literal(node, text, f"argument {index + 1}"))
-    kwargs = []
+    kwargs: list[tuple[str, Any]] = []
     for keyword in tree.keywords:
         if keyword.arg is None:
             raise CommandError(f"{text!r}: **arguments are not supported; write each one")
+        if any(keyword.arg == k for k, _ in kwargs):  # (ast takes it; Python refuses it)
+            raise CommandError(f"{text!r}: keyword argument repeated: {keyword.arg}")
         kwargs.append((keyword.arg, _literal(keyword.value, text, keyword.arg)))
     return Target(text, source, name, tuple(args), tuple(kwargs), called=True)
 
@@ -111,8 +129,13 @@ def parse_target(text: str) -> Target:
                 return target
     raise CommandError(
         f"expected TARGET as FILE.py:NAME or MODULE:NAME, optionally with literal arguments "
-        f"NAME(...), received {text!r}"
+        f"NAME(...), received {_cut(text)!r}"
     )
+
+
+def _cut(text: str, most: int = 100) -> str:
+    """A long text (a TARGET, an argument), cut for an error message."""
+    return text if len(text) <= most else f"{text[: most - 3]}..."
 
 
 def _run_file(source: str) -> tuple[dict[str, Any], str]:
@@ -125,7 +148,9 @@ def _run_file(source: str) -> tuple[dict[str, Any], str]:
     try:
         namespace = runpy.run_path(str(path), run_name=_RUN_NAME)
     except Exception as error:
-        raise CommandError(f"{source} failed to run: {type(error).__name__}: {error}") from None
+        raise CommandError(
+            f"{source} failed to run: {type(error).__name__}: {first_line(error)}"
+        ) from error
     finally:
         sys.path.remove(folder)
     return namespace, _RUN_NAME
@@ -143,14 +168,27 @@ def _import_module(source: str) -> tuple[dict[str, Any], str]:
             raise CommandError(
                 f"no such file or module: {source} (as a module: no module named "
                 f"{error.name!r}; a file path must exist or end in .py)"
-            ) from None
-        raise CommandError(f"{source} failed to import: ModuleNotFoundError: {error}") from None
+            ) from error
+        raise CommandError(f"{source} failed to import: ModuleNotFoundError: {error}") from error
     except Exception as error:
-        raise CommandError(f"{source} failed to import: {type(error).__name__}: {error}") from None
+        raise CommandError(
+            f"{source} failed to import: {type(error).__name__}: {first_line(error)}"
+        ) from error
     finally:
         if added:
             sys.path.remove(os.getcwd())
     return vars(module), module.__name__
+
+
+def _own(value: Any, module_name: str) -> bool:
+    """Whether ``value`` is a function or class the file or module ``module_name`` defines (a
+    package: itself or one of its submodules), not one it imports."""
+    owner = getattr(value, "__module__", None)
+    return (
+        (inspect.isfunction(value) or inspect.isclass(value))
+        and isinstance(owner, str)
+        and (owner == module_name or owner.startswith(f"{module_name}."))
+    )
 
 
 def _defined(namespace: dict[str, Any], module_name: str) -> list[str]:
@@ -159,15 +197,43 @@ def _defined(namespace: dict[str, Any], module_name: str) -> list[str]:
     own = {
         key: value
         for key, value in namespace.items()
-        if not key.startswith("_") and getattr(value, "__module__", None) == module_name
+        if not key.startswith("_") and _own(value, module_name)
     }
     return [k for k, v in own.items() if inspect.isfunction(v)] + [
         k for k, v in own.items() if inspect.isclass(v)
     ]
 
 
+def _listed(namespace: dict[str, Any], module_name: str) -> str:
+    """What an error says the file or module defines: at most 20 names."""
+    defined = _defined(namespace, module_name)
+    listed = ", ".join(defined[:_LIST_AT_MOST])
+    if len(defined) > _LIST_AT_MOST:
+        listed += f", ... ({len(defined) - _LIST_AT_MOST} more)"
+    return listed or "no public function or class"
+
+
+def _imported(target: Target, value: Any, namespace: dict[str, Any], module_name: str) -> str:
+    """The refusal of a TARGET whose first name the file or module imports (a module, a
+    function of another module...) rather than defines: a target runs what the file defines."""
+    head = target.name.split(".")[0]
+    owner, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if inspect.ismodule(value):
+        what = f"the module {value.__name__}, which it imports"
+    elif isinstance(owner, str) and isinstance(qualname, str) and callable(value):
+        what = f"{owner}.{qualname}, which it imports (to summarize it: {owner}:{qualname})"
+    else:
+        what = f"a {type(value).__name__} object, not a function or class"
+    return (
+        f"{target.source}: {head!r} is {what}; a target names a function or class that "
+        f"{target.source} defines itself, or an attribute of one (Net.from_config); it "
+        "defines: " + _listed(namespace, module_name)
+    )
+
+
 def load_factory(target: Target) -> Callable[..., Any]:
-    """The callable TARGET names, from its file or module."""
+    """The callable TARGET names, from its file or module: a function or class the file or
+    module defines (or an attribute of one), never a name it imports."""
     source = target.source  # a file if it exists or is written as a path (a missing file)
     if Path(source).is_file() or source.endswith(".py") or "/" in source or os.sep in source:
         namespace, module_name = _run_file(target.source)
@@ -175,19 +241,23 @@ def load_factory(target: Target) -> Callable[..., Any]:
         namespace, module_name = _import_module(target.source)
     head, *rest = target.name.split(".")
     factory = namespace.get(head)
+    if head in namespace and not _own(factory, module_name):
+        raise CommandError(_imported(target, factory, namespace, module_name))
+    dunder = [a for a in rest if a.startswith("__") and a.endswith("__")]
+    if dunder:
+        raise CommandError(
+            f"{_cut(target.text)!r}: a target names a function or class, or a public attribute "
+            f"of one, not {dunder[0]!r}"
+        )
     for attribute in rest:
         factory = getattr(factory, attribute, None)
     if callable(factory):
         return factory  # type: ignore[no-any-return]
-    defined = _defined(namespace, module_name)
-    close = difflib.get_close_matches(head, defined, n=1)
+    close = difflib.get_close_matches(head, _defined(namespace, module_name), n=1)
     hint = f"did you mean {close[0]!r}? " if close and not rest else ""
-    listed = ", ".join(defined[:_LIST_AT_MOST])
-    if len(defined) > _LIST_AT_MOST:
-        listed += f", ... ({len(defined) - _LIST_AT_MOST} more)"
     raise CommandError(
         f"{target.source} has no callable {target.name!r}; {hint}it defines: "
-        + (listed or "no public function or class")
+        + _listed(namespace, module_name)
     )
 
 
@@ -201,14 +271,14 @@ def construct(target: Target, factory: Callable[..., Any]) -> nn.Module:
     except LazynnError:
         raise
     except Exception as error:
-        text += f" failed: {type(error).__name__}: {error}"
+        text += f" failed: {type(error).__name__}: {first_line(error)}"
         if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
             text += (
                 f". Fix: pass its arguments in the target, in Python call syntax: "
                 f"'{target.source}:{target.name}(...)'; its signature: "
                 f"{target.name}{_signature(factory)}"
             )
-        raise CommandError(text) from None
+        raise CommandError(text) from error
     return model
 
 
