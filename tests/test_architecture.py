@@ -35,6 +35,7 @@ LAYERS = [
     "_construct",
     "_checkpoint",
     "_inputs",
+    "_spec",
     "_layout",
     "_layer",
     "_lazy",

@@ -68,9 +68,9 @@ from ._on_build import on_build as on_build
 from ._placeholder import UninitializedBuffer as UninitializedBuffer
 from ._placeholder import UninitializedParameter as UninitializedParameter
 from ._placeholder import is_lazy as is_lazy
-from ._rehearse import Spec as Spec
 from ._report import Summary as Summary
 from ._report import SummaryRow as SummaryRow
+from ._spec import Spec as Spec
 from ._summary import summary as summary
 
 try:

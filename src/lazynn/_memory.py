@@ -75,8 +75,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ._errors import InferenceError, LazynnError, first_line, message, meta_limitation
 from ._mixin import finish, is_unbuilt
 from ._placeholder import is_lazy
-from ._rehearse import Spec, as_meta, rehearse
+from ._rehearse import rehearse
 from ._snapshot import RandomState
+from ._spec import Spec, as_meta
 from ._state import BUILD_LOCK
 from ._tensors import is_placeholder, map_tensors, own_slots
 from ._twin import meta_twin

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ._errors import InferenceError
-from ._rehearse import Spec
+from ._spec import Spec
 from ._targets import CommandError
 
 __all__ = ["MODEL_DTYPES", "Input", "check_bytes", "model_dtype", "parse_input"]

@@ -23,8 +23,9 @@ from ._errors import InferenceError, LazynnError, first_line, message
 from ._factory import draft, is_factory
 from ._memory import Memory, optimizer_class, training_memory
 from ._mixin import is_lazy_module
-from ._rehearse import Call, Rehearsal, Spec, rehearse
+from ._rehearse import Call, Rehearsal, rehearse
 from ._report import Dim, Shape, Summary, SummaryRow
+from ._spec import Spec
 
 __all__ = ["summary"]
 
