@@ -619,6 +619,24 @@ def test_view_flags_print_what_render_gives(
     assert out == rendered + "\n"
 
 
+@pytest.mark.slow
+def test_the_python_docs_summary_gives_for_a_command_prints_what_it_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/summary.md: "Each command is the same as, in Python": its block, run, prints
+    what the command in its first line prints."""
+    from test_doc_blocks import blocks
+
+    (block,) = [b for b in blocks(ROOT / "docs" / "summary.md") if "runpy" in b.text]
+    command = block.text.splitlines()[1].removeprefix("# lazynn ")
+    monkeypatch.chdir(ROOT)
+    exec(block.text, {"__name__": "__main__"})
+    python = capsys.readouterr().out
+    assert main(command.split()) == 0
+    assert capsys.readouterr().out == python
+    assert python.startswith("| Module (type) |")
+
+
 def test_json_has_the_run(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
     argv = ["summary", f"{nets}:blocks", "--input", "Bx5", "--format", "json"]
     assert main([*argv, "--eval", "--optimizer", "sgd"]) == 0
