@@ -10,7 +10,9 @@ model above:"), and in a marker, an HTML comment that GitHub does not show::
     <!-- block: NAME -->        names the block whose fence follows
     <!-- continues: NAME -->    this block runs after block NAME (and what NAME continues)
 
-Run alone, a continuing block runs after the blocks it continues, in page order.
+Run alone, a continuing block runs after the blocks it continues, in page order. Each run
+starts with no process group (a distributed snippet makes its own) in the repository's folder.
+Runs that call torch.compile or torch.export are marked ``compile`` (slow), as other tests are.
 """
 
 from __future__ import annotations
