@@ -624,7 +624,10 @@ FIXES = {
         ["{nets}:conv", "--input", "3x8"],
         ["received shape (3, 8)", "Fix: change the --input shape"],
     ),
-    "zero dimension": (["{nets}:tiny", "--input", "2x0"], ["Fix: give --input no 0 dimension"]),
+    "zero dimension": (
+        ["{nets}:tiny", "--input", "2x0"],
+        ["Fix: give --input no 0 or negative dimension"],
+    ),
     "input too small": (
         ["{nets}:broken", "--input", "1x3x2x2"],
         ["Kernel size", "Fix: check the --input shapes"],
@@ -702,6 +705,24 @@ def test_view_flags_print_what_render_gives(
     assert out == rendered + "\n"
 
 
+@pytest.mark.slow
+def test_the_python_docs_summary_gives_for_a_command_prints_what_it_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/summary.md: "Each command is the same as, in Python": its block, run, prints
+    what the command in its first line prints."""
+    from test_doc_blocks import blocks
+
+    (block,) = [b for b in blocks(ROOT / "docs" / "summary.md") if "runpy" in b.text]
+    command = block.text.splitlines()[1].removeprefix("# lazynn ")
+    monkeypatch.chdir(ROOT)
+    exec(block.text, {"__name__": "__main__"})
+    python = capsys.readouterr().out
+    assert main(command.split()) == 0
+    assert capsys.readouterr().out == python
+    assert python.startswith("| Module (type) |")
+
+
 def test_json_has_the_run(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
     argv = ["summary", f"{nets}:blocks", "--input", "Bx5", "--format", "json"]
     assert main([*argv, "--eval", "--optimizer", "sgd"]) == 0
@@ -714,6 +735,36 @@ def test_json_has_the_run(capsys: pytest.CaptureFixture[str], nets: Path) -> Non
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == "train"
     assert "memory" not in data  # no estimate unless --training or --optimizer
+
+
+#: --input -> the summary's first line, or the fragments of its one-line error (docs/summary.md:
+#: sizes are integers >= 1; the batch may be a name of letters, in either case)
+INPUTS = {
+    "2x5": "Sequential: input [2, 5] -> output [2, 3]",
+    "2X5": "Sequential: input [2, 5] -> output [2, 3]",
+    "Bx5": "Sequential: input [B, 5] -> output [B, 3]",
+    "nx5": "Sequential: input [n, 5] -> output [n, 3]",
+    "batchx5": "Sequential: input [batch, 5] -> output [batch, 3]",
+    "0x5": ["'0x5', with 0", "integers >= 1", "Fix: give --input no 0 or negative dimension"],
+    "2x0": ["'2x0', with 0", "integers >= 1"],
+    "0x0": ["'0x0', with 0, 0"],
+    "-2x5": ["'-2x5', with -2", "integers >= 1"],
+    "5xB": ["'5xB'", "a symbolic batch, named by letters, first", "Fix: write the dimensions"],
+    "B2x5": ["'B2x5'", "a symbolic batch, named by letters, first"],
+    "x5": ["'x5'", "Fix: write the dimensions as integers separated by x"],
+}
+
+
+@pytest.mark.parametrize("shape", list(INPUTS))
+def test_input_shapes(shape: str, capsys: pytest.CaptureFixture[str], nets: Path) -> None:
+    expected = INPUTS[shape]
+    code = main(["summary", f"{nets}:tiny", f"--input={shape}"])  # (= for -2x5)
+    out, err = capsys.readouterr()
+    if isinstance(expected, str):
+        assert code == 0, err
+        assert out.splitlines()[0] == expected
+    else:
+        assert_one_line_error(code, out, err, "--input", *expected)
 
 
 def test_symbolic_batch_is_passed_on(capsys: pytest.CaptureFixture[str], nets: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,13 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+#: a warning on stderr: Python's (``UserWarning: ...``), c10d's (``Warning: ...``), or a line
+#: of torch's logging at level WARNING (``[rank0]:W1201 21:17:16.547000 ...``)
+WARNING = re.compile(r"warn|^(\[rank\d+\]:)?\[?W\d{4} ", re.IGNORECASE)
+
+
+def warnings_in(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if WARNING.search(line)]
 
 
 def _load(name: str) -> object:
@@ -20,6 +28,19 @@ def _load(name: str) -> object:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.mark.parametrize(
+    ("line", "warns"),
+    [
+        ("/x/_fsdp_state.py:331: UserWarning: FSDP2-wrapped module (FSDPNet) returned a view", 1),
+        ("[rank2]:W1201 21:17:16.547000 21146 torch/distributed/tensor/_redistribute.py:390] ", 1),
+        ("[W1201 21:19:07.320755555 ProcessGroup.cpp:390] Warning: At the time of process", 1),
+        ("rank 0: allocated 35.2 KiB of 139.8 KiB; equals the eager twin: True", 0),
+    ],
+)
+def test_warnings_in_finds_each_kind_of_warning_line(line: str, warns: int) -> None:
+    assert len(warnings_in(line)) == warns
 
 
 def test_digits_example_learns(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,6 +61,7 @@ def test_fsdp_example_shards_and_equals_eager() -> None:
         [sys.executable, str(EXAMPLES / "fsdp.py")], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stderr
+    assert warnings_in(run.stderr) == [], run.stderr  # a shipped example runs clean
     lines = run.stdout.splitlines()
     assert len(lines) == 2, run.stdout
     for rank, line in enumerate(lines):
@@ -57,6 +79,7 @@ def test_tp_2d_example_shards_equals_eager_and_trains_as_one_process() -> None:
         [sys.executable, str(EXAMPLES / "tp_2d.py")], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stderr
+    assert warnings_in(run.stderr) == [], run.stderr  # a shipped example runs clean
     lines = run.stdout.splitlines()
     assert len(lines) == 4, run.stdout
     for rank, line in enumerate(lines):

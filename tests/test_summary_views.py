@@ -163,6 +163,8 @@ def test_spec_parse_of_a_symbolic_batch_and_bad_dimensions() -> None:
     with pytest.raises(lazynn.InferenceError, match="dimensions that are sizes") as e:
         lazynn.Spec.parse("1x-3")
     assert "Fix: fix the shape" not in str(e.value)
+    with pytest.raises(lazynn.InferenceError, match=r"integers >= 1.*'0x3', with 0"):
+        lazynn.Spec.parse("0x3")  # the command line's --input; lazynn.Spec((0, 3)) is torch's
     with pytest.raises(lazynn.LazynnError, match="one symbolic dimension"):
         lazynn.summary(lazy_cnn(), lazynn.Spec(("B", 3, 8, 8)), lazynn.Spec(("N", 3)))
 

@@ -76,7 +76,7 @@ def _worker(rank: int, world: int, dims: tuple[int, ...]) -> Report:
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for _ in range(STEPS):
-        loss = F.mse_loss(model(x[rows, seq]), y[rows])  # FSDP2 averages over DP ranks
+        loss = F.mse_loss(model(x[rows, seq]).to_local(), y[rows])  # FSDP2 averages over DP ranks
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -42,8 +42,10 @@ class Spec:
 
     @classmethod
     def parse(cls, text: str, dtype: str | None = None) -> Spec:
-        """``"1x3x224x224"`` (and a dtype name such as ``"float16"``) as a Spec; a dimension
-        may be a name, ``"Bx3x224x224"``: a symbolic batch, for ``lazynn.summary``."""
+        """``"1x3x224x224"`` (and a dtype name such as ``"float16"``) as a Spec: the command
+        line's ``--input``. Sizes are at least 1 (a summary of an empty batch counts nothing);
+        the first dimension may be a name of letters, ``"Bx3x224x224"`` or ``"batchx16"``: a
+        symbolic batch, for ``lazynn.summary``."""
         parts = re.split(r"[xX,]", text)
         try:
             shape = tuple(p if p.isalpha() and i == 0 else int(p) for i, p in enumerate(parts))
@@ -51,21 +53,22 @@ class Spec:
             raise InferenceError(
                 message(
                     "--input",
-                    "a shape such as 1x3x224x224 (or Bx3x224x224: a symbolic batch, named by a "
-                    "letter, first)",
+                    "a shape such as 1x3x224x224 (or Bx3x224x224: a symbolic batch, named by "
+                    "letters, first)",
                     repr(text),
                     "write the dimensions as integers separated by x",
                 )
             ) from None
-        negative = [d for d in shape if isinstance(d, int) and d < 0]
-        if negative:
+        bad = [d for d in shape if isinstance(d, int) and d < 1]
+        if bad:
             raise InferenceError(
                 message(
                     "--input",
-                    "dimensions that are sizes (integers >= 0)",
-                    f"{text!r}, with {', '.join(map(str, negative))}",
-                    "write each dimension as a size, such as 1x3x224x224; for a symbolic "
-                    "batch, a letter: Bx3x224x224",
+                    "dimensions that are sizes (integers >= 1: an empty batch or feature "
+                    "leaves nothing to infer or count)",
+                    f"{text!r}, with {', '.join(map(str, bad))}",
+                    "give --input no 0 or negative dimension: sizes such as 1x3x224x224, or "
+                    "for a symbolic batch a name: Bx3x224x224",
                 )
             )
         sizes = [d for d in shape if isinstance(d, int)]

@@ -254,7 +254,7 @@ def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
                 "lazynn.summary",
                 "one symbolic dimension (the batch) in the example shapes",
                 ", ".join(sorted(names)),
-                "name the batch with one letter everywhere (Bx3x224x224, Bx16) and give the "
+                "name the batch with one name everywhere (Bx3x224x224, Bx16) and give the "
                 "other dimensions as numbers",
             )
         )
