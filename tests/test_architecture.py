@@ -39,6 +39,7 @@ LAYERS = [
     "_layout",
     "_layer",
     "_lazy",
+    "_releases",
     "_layers",
     "_layers.activation",
     "_layers.agnostic",

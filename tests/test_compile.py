@@ -507,3 +507,69 @@ def test_unbuilt_rank_agnostic_layer_under_compile_is_refused_then_compiles_buil
     built = lazynn.build(model, x)
     torch._dynamo.reset()
     assert torch.equal(torch.compile(built, backend="eager", fullgraph=True)(x), built(x))
+
+
+# --- frames dynamo compiles: lazynn's machinery is never traced -------------------------------
+
+
+class _Recurrent(nn.Module):
+    """A user model around a lazy LSTM: dynamo graph-breaks at the RNN (it does not trace
+    RNNs) and then compiles, frame by frame, what the layer's first call runs."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.rnn = lazynn.LazyLSTM(5, batch_first=True) if lazy else nn.LSTM(4, 5, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        # (its output as it is: after the graph break, dynamo 2.15 reads .grad of a plain
+        # nn.LSTM's output that the frame goes on using, which warns, an error here)
+        return self.rnn(x)
+
+
+def test_a_nested_lstm_builds_from_its_first_compiled_call() -> None:
+    # dynamo 2.15 traced the build's functorch check (which reads "inside a transform" when
+    # traced) and the error path's frame walk (a warning, which the test settings make an
+    # error); the build now runs as Python
+    x = torch.randn(2, 3, 4)
+    torch.manual_seed(0)
+    model = _Recurrent(lazy=True)
+    out, _ = torch.compile(model, backend="eager")(x)
+    torch.manual_seed(0)
+    eager = _Recurrent(lazy=False)
+    assert type(model.rnn) is nn.LSTM
+    assert torch.equal(out, eager(x)[0])
+    assert_built_like(model, eager)
+
+
+@pytest.mark.parametrize(
+    ("make", "shape"),
+    [(lambda: lazynn.LazyLinear(3), (2, 4)), (lambda: lazynn.LazyLSTM(3), (2, 5, 4))],
+    ids=["LazyLinear", "LazyLSTM"],
+)
+def test_a_first_call_in_a_frame_dynamo_compiles_builds_as_python(
+    make: Callable[[], nn.Module], shape: tuple[int, ...]
+) -> None:
+    # nn.Module.__call__ on an unbuilt layer inside a compiled function: dynamo traces the
+    # call, its pre-hook among it (on torch 2.13 as on 2.15, before the fix: a refusal
+    # "inside torch.func" worded by a traced frame walk)
+    layer = make()
+    x = torch.ones(*shape)
+    out = torch.compile(lambda x: nn.Module.__call__(layer, x), backend="eager")(x)
+    assert not lazynn.is_lazy(layer)
+    torch.testing.assert_close(out, layer(x))
+
+
+def test_a_traced_module_path_names_the_class_without_a_frame_walk() -> None:
+    from lazynn._errors import module_path
+    from lazynn._refusals import refuse_under_functorch
+
+    model = nn.Sequential(nn.Sequential(lazynn.LazyLinear(3)))
+    layer = model[0][0]
+
+    def path(x: torch.Tensor) -> tuple[torch.Tensor, str]:
+        refuse_under_functorch(layer)  # (no transform here: never refused, traced or not)
+        return x + 1, module_path(layer)
+
+    out, name = torch.compile(path, backend="eager", fullgraph=True)(torch.zeros(1))
+    assert name == "LazyLinear"
+    assert torch.equal(out, torch.ones(1))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+import torch
 from torch import nn
 
 __all__ = [
@@ -173,6 +174,18 @@ def module_path(module: nn.Module, known: str | None = None, name: str | None = 
     name = name or type(module).__name__
     if known is not None:
         return f"{name} at '{known}'" if known else f"{name} (the root module)"
+    if torch.compiler.is_dynamo_compiling():
+        # traced by torch.compile: dynamo cannot follow a frame walk (2.15 warns of
+        # sys._getframe, which a warning filter can make an error), and the frames are its own
+        return name
+    parts = _steps(module)
+    if not parts:
+        return name
+    return f"{name} at '{'.'.join(parts)}'"
+
+
+def _steps(module: nn.Module) -> list[str]:
+    """The path steps of ``module`` read off the call stack, outermost first."""
     parts: list[str] = []
     target = module
     frame = sys._getframe(1)  # CPython frame access: only on the error path.
@@ -187,9 +200,7 @@ def module_path(module: nn.Module, known: str | None = None, name: str | None = 
                     parts.insert(0, step)
                 target = owner
         frame = frame.f_back  # type: ignore[assignment]
-    if not parts:
-        return name
-    return f"{name} at '{'.'.join(parts)}'"
+    return parts
 
 
 def meta_limitation(error: BaseException) -> bool:

@@ -93,14 +93,16 @@ def in_build() -> bool:
 def pre_hook(
     module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> None:
-    """The forward pre-hook of an unbuilt module: build it from the call's inputs.
+    """The forward pre-hook of an unbuilt module: build it from the call's inputs, as Python
+    also where dynamo compiles the frame running the hook (a nested RNN's, after its graph
+    break): lazynn's machinery is never traced.
 
     (``kwargs`` may be missing: when an earlier pre-hook of the same call built the module,
     for ``lazynn.on_build``, this hook is already removed, and ``nn.Module._call_impl``, which
     listed it before, calls it as a hook without keyword arguments.)
     """
     if is_unbuilt(module):
-        module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
+        untraced(type(module)._infer_parameters)(module, module, args, kwargs)  # type: ignore[attr-defined]
 
 
 def is_unbuilt(module: nn.Module) -> bool:

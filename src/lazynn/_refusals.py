@@ -275,7 +275,11 @@ def refuse_under_functorch(module: nn.Module) -> None:
     # transform active" query. Building under grad/vmap would materialize parameters inside
     # the transform (torch's own lazy modules crash the interpreter there).
     # tests/test_torch_internals.py checks it still exists.
-    if torch._C._functorch.peek_interpreter_stack() is not None:
+    # (traced by dynamo, the peek is not None whatever runs: a build is never refused there)
+    if (
+        not torch.compiler.is_dynamo_compiling()
+        and torch._C._functorch.peek_interpreter_stack() is not None
+    ):
         raise InferenceError(
             message(
                 module_path(module),
