@@ -30,8 +30,6 @@ from torch.nn.utils.rnn import pack_padded_sequence
 import lazynn
 
 Options = dict[str, Any]
-#: whether this torch has nn.LinearCrossEntropyLoss (torch 2.13 and newer)
-HAS_LINEAR_CROSS_ENTROPY = hasattr(nn, "LinearCrossEntropyLoss")
 #: a call's (positional, keyword) arguments
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -1025,32 +1023,27 @@ ROWS += [
         rehearsable=False,
         calls=_ADAPTIVE_CALLS,
     ),
+    Row(
+        lazy=lazynn.LazyLinearCrossEntropyLoss,
+        eager=nn.LinearCrossEntropyLoss,
+        inferred="in_features",
+        options=st.fixed_dictionaries(
+            {
+                "num_classes": st.integers(2, 6),
+                "bias": st.booleans(),
+                "out_features": st.sampled_from([(), (2,)]),
+                "reduction": st.sampled_from(["mean", "sum", "none"]),
+                "label_smoothing": st.sampled_from([0.0, 0.1]),
+            }
+        ),
+        shape=_rows_shape,
+        sizes=_any_size,
+        simple={"num_classes": 5},
+        wrong_ranks=(0, 3),
+        size_of=lambda m: m.linear.in_features,
+        args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features)),
+    ),
 ]
-#: torch.nn.LinearCrossEntropyLoss is new in torch 2.13 (before, lazynn's layer is a stand-in
-#: that says so: tests/test_more_layers.py)
-if HAS_LINEAR_CROSS_ENTROPY:
-    ROWS.append(
-        Row(
-            lazy=lazynn.LazyLinearCrossEntropyLoss,
-            eager=nn.LinearCrossEntropyLoss,
-            inferred="in_features",
-            options=st.fixed_dictionaries(
-                {
-                    "num_classes": st.integers(2, 6),
-                    "bias": st.booleans(),
-                    "out_features": st.sampled_from([(), (2,)]),
-                    "reduction": st.sampled_from(["mean", "sum", "none"]),
-                    "label_smoothing": st.sampled_from([0.0, 0.1]),
-                }
-            ),
-            shape=_rows_shape,
-            sizes=_any_size,
-            simple={"num_classes": 5},
-            wrong_ranks=(0, 3),
-            size_of=lambda m: m.linear.in_features,
-            args=lambda m, x: (x, _targets(x, m.num_classes, m.out_features)),
-        )
-    )
 
 
 # --- rank-agnostic layers: a row per rank (the class the input's rank selects) ----------------

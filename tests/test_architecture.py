@@ -39,7 +39,6 @@ LAYERS = [
     "_layout",
     "_layer",
     "_lazy",
-    "_releases",
     "_layers",
     "_layers.activation",
     "_layers.agnostic",

@@ -31,17 +31,7 @@ from torch import nn
 
 import lazynn
 from compare import assert_same_module
-from registry import (
-    HAS_LINEAR_CROSS_ENTROPY,
-    ROWS,
-    Bad,
-    CallForm,
-    Inputs,
-    Row,
-    known_tensors,
-    lazy_tensors,
-    same_value,
-)
+from registry import ROWS, Bad, CallForm, Inputs, Row, known_tensors, lazy_tensors, same_value
 
 #: (row, call form) for every row's call forms that call the layer unlike the row
 FORMS = [(r, c) for r in ROWS for c in r.calls if c.beyond]
@@ -253,26 +243,3 @@ def test_failure_only_the_real_forward_sees_is_rolled_back() -> None:
         lazy(x, target)
     state.assert_unchanged()
     assert_retry_equals_eager(form, lazy, seed, good)
-
-
-# --- a layer whose torch class this torch lacks ---------------------------------------------
-
-
-def test_a_layer_whose_torch_class_is_missing_says_which_torch_it_needs() -> None:
-    # (import lazynn works on every torch it supports; the layer refuses when constructed)
-    from lazynn._releases import lazy_of_torch
-
-    stand_in = lazy_of_torch("NoSuchLayer", "9.0", in_features=lazynn.Infer(dim=-1))
-    assert stand_in.__name__ == "LazyNoSuchLayer"
-    with pytest.raises(lazynn.LazynnError) as info:
-        stand_in(3)
-    assert str(info.value) == (
-        "LazyNoSuchLayer: expected torch 9.0 or newer (torch.nn.NoSuchLayer is new in torch "
-        f"9.0), received torch {torch.__version__}. Fix: upgrade torch to 9.0 or newer"
-    )
-
-
-@pytest.mark.skipif(HAS_LINEAR_CROSS_ENTROPY, reason="this torch has nn.LinearCrossEntropyLoss")
-def test_linear_cross_entropy_loss_before_torch_2_13_says_it_needs_2_13() -> None:
-    with pytest.raises(lazynn.LazynnError, match=r"torch 2\.13 or newer"):
-        lazynn.LazyLinearCrossEntropyLoss(5)

@@ -22,7 +22,7 @@ from torch import nn
 
 import lazynn
 from compare import assert_same_module
-from registry import HAS_LINEAR_CROSS_ENTROPY, ROWS, Row
+from registry import ROWS, Row
 
 
 def params(signature: inspect.Signature) -> list[tuple[str, Any, Any]]:
@@ -276,9 +276,7 @@ ALTERNATIVES: dict[type[nn.Module], Settings] = {
         "div_value": [{"div_value": 4.0}],
         "head_bias": [{"head_bias": True}],
     },
-}
-if HAS_LINEAR_CROSS_ENTROPY:  # (torch 2.13 and newer)
-    ALTERNATIVES[nn.LinearCrossEntropyLoss] = {
+    nn.LinearCrossEntropyLoss: {
         "num_classes": [{"num_classes": 3}],
         "out_features": [{"out_features": (2,)}, {"out_features": (2, 3)}],
         "bias": [{"bias": True}, {"bias": True, "out_features": (2,)}],
@@ -287,7 +285,8 @@ if HAS_LINEAR_CROSS_ENTROPY:  # (torch 2.13 and newer)
         "ignore_index": [{"ignore_index": 0}],
         "label_smoothing": [{"label_smoothing": 0.2}],
         "options": [{"options": nn.LinearCrossEntropyOptions()}],
-    }
+    },
+}
 for _ranked in lazynn.MaxPool.by_rank.values():
     ALTERNATIVES[_ranked] = {
         "kernel_size": [{"kernel_size": 3}],
@@ -479,10 +478,9 @@ POSITIONAL: dict[type[nn.Module], tuple[Any, ...]] = {
     nn.Bilinear: (5, False, "cpu", torch.float64),
     # n_classes, cutoffs, div_value, head_bias
     nn.AdaptiveLogSoftmaxWithLoss: (10, [3, 6], 2.0, True, "cpu", torch.float64),
-}
-if HAS_LINEAR_CROSS_ENTROPY:
     # num_classes (the others are keyword-only)
-    POSITIONAL[nn.LinearCrossEntropyLoss] = (3,)
+    nn.LinearCrossEntropyLoss: (3,),
+}
 for _ranked in lazynn.MaxPool.by_rank.values():
     # kernel_size, stride, padding, dilation, return_indices, ceil_mode
     POSITIONAL[_ranked] = (3, 2, 1, 2, True, True)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import lazynn
-from registry import HAS_LINEAR_CROSS_ENTROPY, ROWS, has_parameters, lazy_tensors
+from registry import ROWS, has_parameters, lazy_tensors
 
 TRIALS = 200
 THREADS = 4
@@ -65,9 +65,8 @@ INIT_METHODS: dict[type[nn.Module], tuple[type[nn.Module], str]] = {
     nn.MultiheadAttention: (nn.MultiheadAttention, "_reset_parameters"),
     nn.Transformer: (nn.Transformer, "_reset_parameters"),
     nn.AdaptiveLogSoftmaxWithLoss: (nn.Linear, "reset_parameters"),
+    nn.LinearCrossEntropyLoss: (nn.Linear, "reset_parameters"),
 }
-if HAS_LINEAR_CROSS_ENTROPY:  # (torch 2.13 and newer)
-    INIT_METHODS[nn.LinearCrossEntropyLoss] = (nn.Linear, "reset_parameters")
 
 
 def count_real_inits(monkeypatch: pytest.MonkeyPatch, eager: type[nn.Module]) -> list[int]:

@@ -37,7 +37,6 @@ from .._infer import Infer
 from .._layer import LazyLayer
 from .._mixin import in_build
 from .._refusals import compile_refusal
-from .._releases import norm_bias
 from .._state import find_state, lazy_state
 from .._tensors import is_placeholder
 
@@ -275,7 +274,7 @@ class BatchNorm(_RankAgnostic):
         self._agnostic_setup(
             (),
             eps=eps, momentum=momentum, affine=affine, track_running_stats=track_running_stats,
-            device=device, dtype=dtype, **norm_bias(type(self).__name__, bias),
+            device=device, dtype=dtype, bias=bias,
         )  # fmt: skip
 
 
@@ -305,7 +304,7 @@ class InstanceNorm(_RankAgnostic):
         self._agnostic_setup(
             (),
             eps=eps, momentum=momentum, affine=affine, track_running_stats=track_running_stats,
-            device=device, dtype=dtype, **norm_bias(type(self).__name__, bias),
+            device=device, dtype=dtype, bias=bias,
         )  # fmt: skip
 
 

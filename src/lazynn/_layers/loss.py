@@ -3,7 +3,6 @@
     LazyAdaptiveLogSoftmaxWithLoss(n_classes, cutoffs, ...)   in_features = last dim
     LazyLinearCrossEntropyLoss(num_classes, ...)               in_features = last dim
 
-``LinearCrossEntropyLoss`` needs torch 2.13 or newer (before, constructing it says so).
 ``AdaptiveLogSoftmaxWithLoss`` selects rows by value (``torch.nonzero``): ``lazynn.build`` and
 ``lazynn.summary``, which run on meta tensors, refuse it with the fix (build it by a call).
 """
@@ -14,12 +13,10 @@ from torch import nn
 
 from .._infer import Infer
 from .._lazy import lazy
-from .._releases import lazy_of_torch
 
 __all__ = ["LazyAdaptiveLogSoftmaxWithLoss", "LazyLinearCrossEntropyLoss"]
 
 _LAST = Infer(dim=-1)
 
 LazyAdaptiveLogSoftmaxWithLoss = lazy(nn.AdaptiveLogSoftmaxWithLoss, in_features=_LAST)
-#: (torch.nn.LinearCrossEntropyLoss is new in torch 2.13: before, a stand-in that says so)
-LazyLinearCrossEntropyLoss = lazy_of_torch("LinearCrossEntropyLoss", "2.13", in_features=_LAST)
+LazyLinearCrossEntropyLoss = lazy(nn.LinearCrossEntropyLoss, in_features=_LAST)

@@ -28,7 +28,6 @@ from .._errors import UnbuiltError, message, module_path
 from .._infer import UNKNOWN, Infer
 from .._layer import LazyLayer
 from .._lazy import lazy
-from .._releases import norm_bias
 from .._state import lazy_state
 
 __all__ = [
@@ -67,7 +66,7 @@ class _LazyNorm(LazyLayer):
             track_running_stats=track_running_stats,
             device=device,
             dtype=dtype,
-            **norm_bias(type(self).__name__, bias),
+            bias=bias,
         )
 
     @property
