@@ -39,6 +39,7 @@ from compare import assert_same_module
 from lazynn._mixin import LazyModuleMixin, is_unbuilt
 from lazynn._placeholder import fill
 from lazynn._tensors import is_placeholder
+from pauses import MetaPause
 
 
 def _run(code: str) -> str:
@@ -556,25 +557,11 @@ def test_a_forward_waits_while_another_thread_runs_the_on_build_queue() -> None:
         assert torch.equal(out, expected(x))
 
 
-class Gate(nn.Module):
-    """Pauses its forward on meta inputs (in a rehearsal) until released."""
-
-    def __init__(self, reached: threading.Event, go: threading.Event) -> None:
-        super().__init__()
-        self.reached, self.go = reached, go
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_meta:
-            self.reached.set()
-            self.go.wait(30)
-        return x
-
-
 def test_another_thread_runs_the_model_while_its_summary_is_rehearsed() -> None:
     """A rehearsal runs a twin of the model: another thread may run it meanwhile (its first
     call builds it) and gets its output; the summary is the model's."""
     reached, go = threading.Event(), threading.Event()
-    model = nn.Sequential(Gate(reached, go), nn.Linear(4, 4), lazynn.LazyLinear(2))
+    model = nn.Sequential(MetaPause(reached, go), nn.Linear(4, 4), lazynn.LazyLinear(2))
     results: list[Any] = []
     thread = threading.Thread(target=_outcome(lambda: lazynn.summary(model, (2, 4)), results))
     thread.start()
@@ -598,7 +585,7 @@ def test_a_first_call_during_another_threads_build_waits_and_meets_the_built_mod
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Identity(), nn.Linear(4, 4), nn.Linear(4, 2))
     torch.manual_seed(0)
-    model = nn.Sequential(Gate(reached, go), lazynn.LazyLinear(4), lazynn.LazyLinear(2))
+    model = nn.Sequential(MetaPause(reached, go), lazynn.LazyLinear(4), lazynn.LazyLinear(2))
     builds: list[Any] = []
     builder = threading.Thread(target=_outcome(lambda: lazynn.build(model, (2, 4)), builds))
     builder.start()

@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import lazynn
+from pauses import MetaPause
 
 # --- the model's real call path -------------------------------------------------------------
 
@@ -85,23 +86,9 @@ def test_a_forward_that_summarizes_or_builds_its_own_submodule_works() -> None:
 # --- the model is only read -----------------------------------------------------------------
 
 
-class Gate(nn.Module):
-    """Pauses its forward on meta inputs (a rehearsal) until released."""
-
-    def __init__(self, reached: threading.Event, go: threading.Event) -> None:
-        super().__init__()
-        self.reached, self.go = reached, go
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_meta:
-            self.reached.set()
-            self.go.wait(30)
-        return x
-
-
 def test_another_thread_reads_real_tensors_while_a_summary_rehearses() -> None:
     reached, go = threading.Event(), threading.Event()
-    model = nn.Sequential(nn.Linear(4, 4), Gate(reached, go), nn.Linear(4, 2))
+    model = nn.Sequential(nn.Linear(4, 4), MetaPause(reached, go), nn.Linear(4, 2))
     results: list[Any] = []
     thread = threading.Thread(target=lambda: results.append(lazynn.summary(model, (2, 4))))
     thread.start()
