@@ -50,6 +50,7 @@ LAYERS = [
     "_layers.recurrent",
     "_layers.transformer",
     "_memo",
+    "_meta_device",
     "_twin",
     "_rehearse",
     "_queue",

@@ -103,17 +103,59 @@ def test_another_thread_reads_real_tensors_while_a_summary_rehearses() -> None:
     assert isinstance(results[0], lazynn.Summary)
 
 
-def test_a_summary_draws_nothing_and_rewinds_nothing() -> None:
-    """No generator is touched: another thread's draws during a summary are not undone."""
+class DrawsOnCpu(nn.Module):
+    """A mask drawn on the CPU by name: the rehearsal's meta device does not redirect it."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = torch.rand(x.shape[0], 1, device="cpu") > 0.1
+        return self.fc(x) * keep.to(x.device)
+
+
+def test_a_forward_drawing_on_a_real_device_leaves_the_generator_where_it_was() -> None:
+    """The rehearsal puts the generator back when its forward drew on a real device: a
+    summary leaves it as it was, and build allocates what eager construction draws (no
+    drift warning)."""
+    before = torch.get_rng_state()
+    lazynn.summary(DrawsOnCpu(), (2, 3))
+    assert torch.equal(torch.get_rng_state(), before)
+
+    torch.manual_seed(0)
+    eager = DrawsOnCpu(lazy=False)
+    after_eager = torch.get_rng_state()
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        built = lazynn.build(DrawsOnCpu(), (2, 3))
+    assert torch.equal(built.fc.weight, eager.fc.weight)
+    assert torch.equal(built.fc.bias, eager.fc.bias)
+    assert torch.equal(torch.get_rng_state(), after_eager)
+
+
+def test_another_threads_draws_during_a_rehearsal_are_not_rewound() -> None:
+    """A rehearsal whose forward draws nothing on a real device leaves the generator alone:
+    numbers another thread draws meanwhile do not come out again."""
+    reached, go = threading.Event(), threading.Event()
 
     class Draws(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + torch.rand(x.shape)  # no device: meta in the rehearsal, no draw
 
-    model = nn.Sequential(lazynn.LazyLinear(3), Draws())
-    before = torch.get_rng_state()
-    lazynn.summary(model, (2, 4))
-    assert torch.equal(torch.get_rng_state(), before)
+    model = nn.Sequential(lazynn.LazyLinear(3), MetaPause(reached, go), Draws())
+    thread = threading.Thread(target=lambda: lazynn.summary(model, (2, 4)))
+    thread.start()
+    try:
+        assert reached.wait(30)
+        theirs = torch.rand(5)  # another thread's draw, while the rehearsal is paused
+        after_theirs = torch.get_rng_state()
+    finally:
+        go.set()
+        thread.join(30)
+    assert torch.equal(torch.get_rng_state(), after_theirs)
+    assert not torch.equal(torch.rand(5), theirs)
 
 
 def test_the_model_on_meta_keeps_its_tensors_version_counters() -> None:

@@ -8,7 +8,8 @@
 * ``nn.Module()``'s instance attributes (copied over at the build) and the forward pre-hook
   dicts (used by ``LazyModuleMixin.__copy__``);
 * ``torch.serialization.add_safe_globals`` (unbuilt checkpoints load with weights_only);
-* ``sys._getframe`` (``module_path`` names a nested layer's path in errors).
+* ``sys._getframe`` (``module_path`` names a nested layer's path in errors);
+* ``torch.utils._device.DeviceContext`` (the rehearsal's device mode subclasses it).
 """
 
 from __future__ import annotations
@@ -386,3 +387,19 @@ def test_dynamos_graph_break_takes_lazynns_words() -> None:
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
     with pytest.raises(Unsupported, match="lazynn's explanation"):
         unimplemented(gb_type="t", context="c", explanation="lazynn's explanation", hints=[])
+
+
+def test_the_rehearsals_device_mode_is_torchs_device_context() -> None:
+    """_meta_device.MetaDevice subclasses torch's DeviceContext: made tensors are meta (even
+    inside another device context), the mode stack is left as it was, draws are noticed."""
+    from lazynn._meta_device import MetaDevice
+
+    with torch.device("cpu"):
+        with MetaDevice() as mode:
+            assert torch.empty(2).is_meta
+            assert torch.zeros(2, device="cpu").device.type == "cpu"
+            assert not mode.drew
+            torch.empty(2, device="cpu").uniform_()
+            assert mode.drew
+        assert torch.empty(2).device.type == "cpu"
+    assert torch.empty(2).device == torch.get_default_device()

@@ -4,8 +4,11 @@ The model is only read: its twin (``_twin``: the same classes and code, every te
 tensor, every placeholder a meta placeholder) runs on meta example inputs. Lazy layers build
 themselves on meta (their own code, so the sizes are exactly what a real first call would
 infer), and hooks record each module's input and output shapes. No memory is allocated for
-parameters or activations, no arithmetic runs, nothing is drawn, and the twin is dropped
-after: the model is as it was, whatever happened, and other threads may use it meanwhile.
+parameters or activations, no arithmetic runs, and the twin is dropped after: the model is
+as it was, whatever happened, and other threads may use it meanwhile. What the forward
+draws on meta draws nothing; a draw on a real device (``torch.rand(n, device="cpu")``) moves
+the generator, which the rehearsal then puts back (``_meta_device``), so the build's
+allocation draws what eager construction draws.
 
 Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the table).
 """
@@ -35,7 +38,9 @@ from ._errors import (
 )
 from ._layer import LazyLayer
 from ._memo import Below, Memo
+from ._meta_device import MetaDevice
 from ._mixin import is_lazy_module
+from ._snapshot import RandomState
 from ._spec import as_meta
 from ._state import BUILD_LOCK, Rehearsing, context
 from ._tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
@@ -267,13 +272,16 @@ def rehearse(
     handles = run.hook()
     here = context()
     outer, here.rehearsal = here.rehearsal, run.rehearsing
+    drawn, device = RandomState(), MetaDevice()  # (see the module doc)
     try:
         # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
         # device: what the forward creates without a device is meta, and draws nothing)
-        with torch.inference_mode(False), torch.no_grad(), torch.device("meta"):
+        with torch.inference_mode(False), torch.no_grad(), device:
             output = run(root, meta_args, meta_kwargs)
     finally:
         here.rehearsal = outer
+        if device.drew:
+            drawn.restore()
         if twin is None:  # the caller's model, built in place: nothing of the run stays
             for handle in handles:
                 handle.remove()

@@ -1,0 +1,80 @@
+"""The rehearsal's device: what a forward creates without a device is meta, and a draw on a
+real device is noticed.
+
+A rehearsal runs the forward under ``torch.device("meta")``, so ``torch.rand(shape)`` makes a
+meta tensor and draws nothing. A forward may still draw on a real device, naming it
+(``torch.rand(n, 1, device="cpu")``, a CPU tensor's ``uniform_()``, dropout of a CPU tensor):
+that moves the generator, and a ``build`` would then allocate with other numbers than eager
+construction. :class:`MetaDevice` is that same device mode, which also records such a draw,
+so the rehearsal puts the generator back only then (never rewinding another thread's draws
+when its own forward drew nothing).
+
+>>> import torch
+>>> with MetaDevice() as mode:
+...     made = torch.rand(2)
+>>> made.device.type, mode.drew
+('meta', False)
+>>> with MetaDevice() as mode:
+...     _ = torch.rand(2, device="cpu")
+>>> mode.drew
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# torch.device(...) as a context is torch.utils._device.DeviceContext (private, the only way to
+# add to what it does: torch keeps one DeviceContext at the bottom of the mode stack and checks
+# it by isinstance). tests/test_torch_internals.py checks that it still fills in the device.
+from torch.utils._device import DeviceContext
+
+__all__ = ["MetaDevice"]
+
+#: the names of torch's functions and tensor methods that draw from a generator
+_DRAWS = frozenset(
+    {
+        "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+        "normal", "bernoulli", "multinomial", "poisson", "uniform_", "normal_", "bernoulli_",
+        "random_", "exponential_", "geometric_", "cauchy_", "log_normal_", "dropout",
+        "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+        "rrelu", "rrelu_",
+    }
+)  # fmt: skip
+
+
+def _on_a_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call draws on a real device: its ``device=`` names one, or, without it, its
+    first tensor argument is not on meta."""
+    device = kwargs.get("device")
+    if device is not None:
+        return torch.device(device).type != "meta"
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    return first is not None and not first.is_meta
+
+
+class MetaDevice(DeviceContext):
+    """``torch.device("meta")`` as a context, with ``drew``: whether a call under it drew
+    from a generator on a real device."""
+
+    def __init__(self) -> None:
+        super().__init__("meta")
+        self.drew = False
+
+    def __enter__(self) -> MetaDevice:
+        super().__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if not self.drew and getattr(func, "__name__", None) in _DRAWS:
+            self.drew = _on_a_device(args, kwargs)
+        return super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
