@@ -264,6 +264,28 @@ def test_a_first_call_in_a_checkpoint_has_gradients_of_its_own_forward(reentrant
     assert torch.equal(inputs.grad, again.grad)
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_layers_built_in_one_checkpoint_draw_on_as_a_plain_first_call(reentrant: bool) -> None:
+    """The builds inside a checkpoint draw from a stream of their own that each continues:
+    two layers of one shape get different weights, those of a first call outside it."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+
+    def block() -> nn.Sequential:
+        return nn.Sequential(lazynn.LazyLinear(8), nn.ReLU(), lazynn.LazyLinear(8))
+
+    torch.manual_seed(0)
+    plain = block()
+    plain(x)
+    for _ in range(2):  # (the second model, under the same seed, does not go on from the first)
+        torch.manual_seed(0)
+        checkpointed = block()
+        inputs = x.clone().requires_grad_(True)
+        checkpoint(checkpointed, inputs, use_reentrant=reentrant).sum().backward()
+        assert not torch.equal(checkpointed[0].weight, checkpointed[2].weight)
+        for mine, theirs in zip(checkpointed.parameters(), plain.parameters(), strict=True):
+            assert torch.equal(mine, theirs)
+
+
 # --- threads and warnings ---------------------------------------------------------------------
 
 

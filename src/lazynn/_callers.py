@@ -216,11 +216,21 @@ _DISABLED: dict[Callable[..., Any], Callable[..., Any]] = {}
 _CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
 
 
-def in_checkpoint() -> bool:
-    """Whether the call is inside ``torch.utils.checkpoint`` (either kind): its backward
-    recomputes the forward from the random state it saved at the start (a frame of torch's
-    file on the stack; tests/test_first_call_atomicity.py checks the effect)."""
-    return any(frame.f_code.co_filename.endswith(_CHECKPOINT) for frame in frames(2))
+def in_checkpoint() -> Any:
+    """The function ``torch.utils.checkpoint`` (either kind) is running, if the call is
+    inside one: its backward recomputes the forward from the random state it saved at the
+    start; None outside. (A frame of torch's file on the stack; the function is its local
+    ``run_function`` (reentrant) or ``function``, else the frame's code object.
+    tests/test_rehearsal.py checks the effects.)"""
+    for frame in frames(2):
+        if frame.f_code.co_filename.endswith(_CHECKPOINT):
+            found = frame_locals(frame, _CHECKPOINTED)
+            return next(iter(found.values()), frame.f_code)
+    return None
+
+
+#: the locals naming the checkpointed function in torch.utils.checkpoint's frames
+_CHECKPOINTED = ("run_function", "function")
 
 
 def under_dynamo() -> bool:

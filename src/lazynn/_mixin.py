@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,6 +45,7 @@ from ._state import (
     QUEUE_KEY,
     STATE_KEY,
     WAITING,
+    Context,
     context,
     find_state,
     record_construction,
@@ -133,6 +135,24 @@ def finish(module: nn.Module) -> None:
     target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
     if target is not None:
         module.__class__ = target
+
+
+def _continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:
+    """Inside ``torch.utils.checkpoint`` (running ``checkpointed``): go on with the builds'
+    own stream if the last such build was in the same checkpoint and left the generator as it
+    is now (``forward``: its state now); else the builds draw from here."""
+    if here.build_stream is not None:
+        function, left, stream = here.build_stream
+        if function() is checkpointed and left.same_as(forward):
+            stream.restore()
+
+
+def _weak(value: Any) -> Callable[[], Any]:
+    """A weak reference to ``value`` (one that is always None where it takes none)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: None
 
 
 def _call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -242,9 +262,13 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             snapshot = Snapshot(module) if own else None
             # (a construction may draw, then fail; inside torch.utils.checkpoint, the forward
             # after the build must draw what the checkpoint's recomputation, which builds
-            # nothing, draws: the build's draws are put back)
-            checkpointed = here.rehearsal is None and in_checkpoint()
-            rng = RandomState() if own or checkpointed else None
+            # nothing, draws: the forward's state is put back after the build, and the builds
+            # draw from a stream of their own, continued from the last build's where the
+            # generator is still where that build left it, so layers differ)
+            checkpointed = in_checkpoint() if here.rehearsal is None else None
+            rng = RandomState() if own or checkpointed is not None else None
+            if checkpointed is not None and rng is not None:
+                _continue_builds(here, checkpointed, rng)
             here.builds += 1
             try:
                 # (parameters as a construction outside torch.inference_mode makes them)
@@ -268,7 +292,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 raise
             finally:
                 here.builds -= 1
-            if checkpointed and rng is not None:
+            if checkpointed is not None and rng is not None:
+                here.build_stream = (_weak(checkpointed), rng, RandomState())
                 rng.restore()
             finish(module)
             if here.built_here is not None:

@@ -116,3 +116,11 @@ class RandomState:
         torch.set_rng_state(self.cpu)
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
+
+    def same_as(self, other: RandomState) -> bool:
+        """Whether both hold the same generator states."""
+        if not torch.equal(self.cpu, other.cpu):
+            return False
+        if self.cuda is None or other.cuda is None:
+            return self.cuda is other.cuda
+        return all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda, strict=True))

@@ -150,6 +150,11 @@ class Context:
     #: running their kept initializations) rather than allocating them uninitialized: work
     #: queued with ``on_build`` runs on them before the values are copied
     loading_for_queue: bool = False
+    #: the last build inside ``torch.utils.checkpoint``: (a weak reference to the function
+    #: checkpointed, the generator state it left for the forward, the state its own draws
+    #: ended at), so the next one in the same checkpoint continues those draws
+    #: (``_mixin._continue_builds``; the states are ``_snapshot.RandomState``)
+    build_stream: tuple[Any, Any, Any] | None = None
 
 
 _LOCAL = threading.local()
