@@ -333,3 +333,34 @@ def test_lazy_layers_constructed_in_two_threads_leave_no_filter_behind() -> None
     for t in threads:
         t.join(60)
     assert warnings.filters == filters
+
+
+@pytest.mark.parametrize("features", [5, 3])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("track", [True, False])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("spatial", [1, 2])
+def test_the_rehearsals_batch_norm_accepts_what_torchs_accepts(
+    features: int, affine: bool, track: bool, training: bool, spatial: int
+) -> None:
+    """A rehearsal's BatchNorm computes only shapes; it refuses exactly the inputs torch's
+    forward refuses (channels against the tensors it has; one value per channel where it
+    uses batch statistics)."""
+    shape = (1, 3, spatial, spatial)
+
+    def norm() -> nn.BatchNorm2d:
+        return nn.BatchNorm2d(features, affine=affine, track_running_stats=track)
+
+    eager = nn.Sequential(nn.Conv2d(3, 5, 1), norm()).train(training)
+    try:
+        eager(torch.randn(shape))
+        torch_accepts = True
+    except (RuntimeError, ValueError):
+        torch_accepts = False
+    model = nn.Sequential(lazynn.LazyConv2d(5, 1), norm()).train(training)
+    try:
+        lazynn.build(model, shape)
+        lazynn_accepts = True
+    except lazynn.InferenceError:
+        lazynn_accepts = False
+    assert lazynn_accepts == torch_accepts

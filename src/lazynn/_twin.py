@@ -203,11 +203,15 @@ def _batch_norm_shapes(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     of a ResNet's rehearsal). It counts no FLOPs (FlopCounterMode counts none for it)."""
     norm: Any = module
     norm._check_input_dim(x)  # (BatchNorm1d/2d/3d's own: the rank)
-    if x.dim() > 1 and norm.num_features != x.shape[1]:
-        raise RuntimeError(
-            f"running_mean should contain {x.shape[1]} elements not {norm.num_features}"
-        )
-    if norm.training and x.numel() // max(x.shape[1] if x.dim() > 1 else 1, 1) == 1:
+    # What _BatchNorm.forward passes to F.batch_norm, whose checks these are: batch
+    # statistics where it trains or keeps no running ones; the tensors it has, of C elements.
+    training = norm.training or (norm.running_mean is None and norm.running_var is None)
+    stats = norm.running_mean if not norm.training or norm.track_running_stats else None
+    channels = x.shape[1]
+    for name, tensor in (("running_mean", stats), ("weight", norm.weight), ("bias", norm.bias)):
+        if tensor is not None and tensor.numel() != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
+    if training and x.numel() // max(channels, 1) == 1:
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {x.size()}"
         )
