@@ -182,3 +182,17 @@ def test_a_tied_head_after_a_lazy_layer_gets_its_bias_from_its_eager_place(
     assert model.head.weight is model.wte.weight
     for a, b in zip(model.state_dict().values(), eager.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_freed_written_temporary_does_not_make_a_later_tensor_look_written() -> None:
+    """Writes tells storages apart by identity, not address: an initializer's temporary,
+    written then freed, leaves its address to later tensors that nothing wrote."""
+    from lazynn._writes import Writes
+
+    with Writes() as writes:
+        for _ in range(200):
+            temporary = torch.empty(3)
+            temporary.fill_(1.0)
+            del temporary
+        fresh = [torch.empty(3) for _ in range(200)]
+    assert not any(writes.wrote(t) for t in fresh)

@@ -22,6 +22,9 @@ from typing import Any
 
 import torch
 
+# torch's own key for "the same storage" (see _memory.py)
+from torch.multiprocessing.reductions import StorageWeakRef
+
 # TorchDispatchMode lives in a private module, but it is the documented way to write a mode
 # ("Extending PyTorch"); tests/test_materialize.py exercises it.
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -29,11 +32,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ["Writes"]
 
 
-def _key(tensor: torch.Tensor) -> int:
+def _key(tensor: torch.Tensor) -> StorageWeakRef:
     """The identity of a tensor's storage (a DTensor's: its local shard's); meta tensors,
-    whose data pointers are all 0, are told apart by their storage objects."""
+    whose data pointers are all 0, are told apart by their storage objects. A weak reference:
+    while it is held, no other storage can take the written one's place (a temporary an
+    initializer wrote and freed does not make a later tensor at its address look written)."""
     local = getattr(tensor, "_local_tensor", tensor)
-    return int(local.untyped_storage()._cdata)
+    return StorageWeakRef(local.untyped_storage())  # type: ignore[no-untyped-call]
 
 
 class Writes(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -41,7 +46,7 @@ class Writes(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.storages: set[int] = set()
+        self.storages: set[StorageWeakRef] = set()
 
     def __torch_dispatch__(
         self,
