@@ -59,12 +59,15 @@ def test_first_call_warns_and_builds_as_torch_reads(make, shape, phrase) -> None
     assert read == shape[0 if "unbatched" in str(notes[0].message) else 1]
 
 
+@pytest.mark.parametrize("form", ["instance", "factory"])
 @pytest.mark.parametrize(("make", "shape", "phrase"), CASES, ids=IDS)
-def test_build_warns_the_same(make, shape, phrase) -> None:  # type: ignore[no-untyped-def]
-    model = nn.Sequential(make())
+def test_build_warns_the_same(make, shape, phrase, form: str) -> None:  # type: ignore[no-untyped-def]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lazynn.build(model, shape)
+        if form == "instance":
+            lazynn.build(nn.Sequential(make()), shape)
+        else:  # the factory form: lazynn.build(Net, example)
+            lazynn.build(lambda: nn.Sequential(make()), shape)
     notes = [w for w in caught if issubclass(w.category, lazynn.AmbiguousInputWarning)]
     assert len(notes) == (phrase is not None)
     if phrase is not None:

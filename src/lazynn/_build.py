@@ -22,11 +22,9 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from ._callers import user_stacklevel
 from ._deferred import Init
 from ._deferred import run as run_inits
 from ._errors import (
-    AmbiguousInputWarning,
     InferenceError,
     LazynnError,
     first_line,
@@ -41,7 +39,7 @@ from ._placeholder import relocate
 from ._progress import Progress
 from ._queue import Entry as QueueEntry
 from ._queue import due, ready, run_ready
-from ._rehearse import Rehearsal, TensorInfo, rehearse
+from ._rehearse import Rehearsal, TensorInfo, rehearse, warn_notes
 from ._replay import Plan, plan, scratch_init
 from ._snapshot import RandomState, Snapshot
 from ._state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild, find_state
@@ -131,8 +129,7 @@ def build_from(
             progress,
             quiet=partial,
         )
-    for note in rehearsal.notes.values():  # built as torch reads the inputs; say how else
-        warnings.warn(AmbiguousInputWarning(note), stacklevel=user_stacklevel())
+    warn_notes(rehearsal.notes.values())
     return model
 
 

@@ -39,7 +39,7 @@ from ._errors import InferenceError, LazynnError, message
 from ._layer import LazyLayer
 from ._mixin import finish, is_lazy_module
 from ._queue import run_ready
-from ._rehearse import rehearse
+from ._rehearse import rehearse, warn_notes
 from ._snapshot import RandomState
 from ._state import (
     BUILD_LOCK,
@@ -200,7 +200,7 @@ def learn(
         for path, m in model.named_modules()
         if m in rehearsal.inputs and is_lazy_module(m)
     }
-    return FactoryRecipe(factory, tuple(entries), others, dtype)
+    return FactoryRecipe(factory, tuple(entries), others, dtype, tuple(rehearsal.notes.values()))
 
 
 def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
@@ -266,4 +266,5 @@ def build_factory(
         raise
     if device is not None and device.type == "meta":
         FACTORY_BUILT[model] = recipe  # materialize() runs it again, on the target
+    warn_notes(recipe.notes)
     return model

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils.hooks import RemovableHandle
 
+from ._callers import user_stacklevel
 from ._errors import (
+    AmbiguousInputWarning,
     InferenceError,
     LazynnError,
     NeedsValuesError,
@@ -46,7 +49,7 @@ from ._state import BUILD_LOCK, Rehearsing, context
 from ._tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
 from ._twin import Twin, meta_twin
 
-__all__ = ["Call", "Rehearsal", "TensorInfo", "rehearse"]
+__all__ = ["Call", "Rehearsal", "TensorInfo", "rehearse", "warn_notes"]
 
 
 @dataclass
@@ -300,6 +303,14 @@ def rehearse(
         output=output,
         notes=run.notes(),
     )
+
+
+def warn_notes(notes: Iterable[str]) -> None:
+    """Warn each of a rehearsal's notes (``Rehearsal.notes``) as an AmbiguousInputWarning at
+    the user's line: the model was built as torch reads its inputs; they say how else they
+    may have been meant. Called once the build has succeeded (either form of ``build``)."""
+    for note in notes:
+        warnings.warn(AmbiguousInputWarning(note), stacklevel=user_stacklevel())
 
 
 def _theirs(module: nn.Module, twin: Twin | None) -> nn.Module:

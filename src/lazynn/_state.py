@@ -319,6 +319,8 @@ class FactoryRecipe:
     others: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
     #: the dtype the model is converted to after its construction, or None
     dtype: torch.dtype | None = None
+    #: why a lazy layer's reading of its input may not be the one meant (``Rehearsal.notes``)
+    notes: tuple[str, ...] = ()
 
 
 #: Models the factory form built on meta -> how materialize() makes their values (weak).
