@@ -227,3 +227,26 @@ def test_no_warning_is_left_by_on_build() -> None:
         warnings.simplefilter("error")
         model, _ = make()
         lazynn.build(model, X)
+
+
+@pytest.mark.parametrize("how", ["run", "removed"])
+def test_a_finished_queue_leaves_no_hook_behind(how: str) -> None:
+    """Once the queue has run, or its handles are removed, the module holds none of its
+    hooks (forward or load), however many times on_build was called."""
+    model = nn.Sequential(lazynn.LazyLinear(3))
+    hooks = (
+        dict(model._forward_pre_hooks),
+        dict(model._load_state_dict_pre_hooks),
+        dict(model._load_state_dict_post_hooks),
+    )
+    handles = [lazynn.on_build(model, lambda m: None) for _ in range(3)]
+    if how == "run":
+        model(torch.randn(2, 5))
+    else:
+        for handle in handles:
+            handle.remove()
+    assert (
+        dict(model._forward_pre_hooks),
+        dict(model._load_state_dict_pre_hooks),
+        dict(model._load_state_dict_post_hooks),
+    ) == hooks

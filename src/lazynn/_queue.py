@@ -153,8 +153,8 @@ def _drop(module: nn.Module) -> None:
     for key in [k for k, h in module._forward_pre_hooks.items() if _marked(h)]:
         del module._forward_pre_hooks[key]
         module._forward_pre_hooks_with_kwargs.pop(key, None)
-    for key in [k for k, h in module._load_state_dict_post_hooks.items() if _marked(h)]:
-        del module._load_state_dict_post_hooks[key]
+    for key in [k for k, h in module._load_state_dict_pre_hooks.items() if _marked(h)]:
+        del module._load_state_dict_pre_hooks[key]  # (torch's wrapper copies the mark)
 
 
 def _marked(hook: Any) -> bool:
