@@ -189,10 +189,11 @@ def plan_steps(model: nn.Module) -> tuple[list[Step], list[str]]:
 
 def _allocate_own(
     module: nn.Module, device: torch.device, allocated: dict[int, torch.Tensor]
-) -> list[torch.Tensor]:
+) -> tuple[list[torch.Tensor], list[tuple[str, torch.Tensor]]]:
     """Give the module's own meta tensors real memory on ``device``, one per meta tensor (so
-    tied weights stay tied); returns the tensors another module owns first, to keep."""
-    keep = []
+    tied weights stay tied); returns the tensors another module owns first, to keep, and the
+    (name, tensor) of each one allocated just now."""
+    keep, made = [], []
     for store, name, tensor in own_slots(module):
         if not tensor.is_meta:
             keep.append(tensor)
@@ -206,8 +207,9 @@ def _allocate_own(
                 if isinstance(tensor, nn.Parameter)
                 else real
             )
+            made.append((name, allocated[id(tensor)]))
         store[name] = allocated[id(tensor)]
-    return keep
+    return keep, made
 
 
 def _adopt(module: nn.Module, eager: nn.Module, allocated: dict[int, torch.Tensor]) -> None:
@@ -271,13 +273,8 @@ class _Run:
             self.bar.advance(count)
         elif isinstance(step, Allocate):
             count = _meta_numel(iter([step.module]))
-            before = set(self.allocated)
-            keep = _allocate_own(step.module, self.target, self.allocated)
-            self.fresh += [
-                (step.path, name, t)
-                for _, name, t in own_slots(step.module)
-                if any(self.allocated[k] is t for k in set(self.allocated) - before)
-            ]
+            keep, made = _allocate_own(step.module, self.target, self.allocated)
+            self.fresh += [(step.path, name, t) for name, t in made]
             self.kept[id(step.module)] = [(t, t.detach().clone()) for t in keep]
             self.bar.advance(count)
         else:
