@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ._callers import find_tool
-from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, message
+from ._errors import BUILD, CALL_NOT_FORWARD, UnbuiltError, message, shape_str
 
 __all__ = ["CLASS_KEY", "UNKNOWN", "Infer", "ambiguity", "unknown_parts"]
 
@@ -146,10 +146,6 @@ _SPATIAL_LETTERS = frozenset("DHWL")
 _FEW_CHANNELS = 4
 
 
-def _shape_text(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
 def ambiguity(spec: Infer, shape: Sequence[int], name: str) -> str | None:
     """Why the size ``spec`` reads from an input of ``shape`` may not be the one meant, with
     the fix; None when the reading is plain. Two readings are flagged:
@@ -190,10 +186,10 @@ def ambiguity(spec: Infer, shape: Sequence[int], name: str) -> str | None:
         lacking.insert(batched.index(spec.letter), 1)
         letter = "channel" if spec.letter == "C" else spec.letter
         return (
-            f"reads its input {_shape_text(shape)} as one unbatched {layout} sample (as torch "
+            f"reads its input {shape_str(shape)} as one unbatched {layout} sample (as torch "
             f"does), so {name}={shape[at]} comes from dimension {at}. If dimension 0 is a "
-            f"batch, its {letter} dimension is missing: give {_shape_text(lacking)} for one "
-            f"{letter}; if the batch is missing, add it: {_shape_text((1, *shape))}"
+            f"batch, its {letter} dimension is missing: give {shape_str(lacking)} for one "
+            f"{letter}; if the batch is missing, add it: {shape_str((1, *shape))}"
         )
     spatial = [i for i, letter in enumerate(read) if letter in _SPATIAL_LETTERS]
     if (
@@ -207,9 +203,9 @@ def ambiguity(spec: Infer, shape: Sequence[int], name: str) -> str | None:
         order = [*range(at), rank - 1, *range(at, rank - 1)]
         fixed = [shape[i] for i in order]
         return (
-            f"reads {name}={shape[at]} from dimension {at} of {_shape_text(shape)}, which looks "
+            f"reads {name}={shape[at]} from dimension {at} of {shape_str(shape)}, which looks "
             f"like images stored channels-last ({', '.join(last)}); it takes "
-            f"({', '.join(read)}): give {_shape_text(fixed)} "
+            f"({', '.join(read)}): give {shape_str(fixed)} "
             f"(x.permute({', '.join(str(i) for i in order)}))"
         )
     return None
