@@ -244,9 +244,9 @@ def lazy_state(module: nn.Module) -> LazyState:
 
 
 _LAST_RNG_STATE: list[torch.Tensor] = []
-_BIRTHS = itertools.count()
-#: how many lazy modules the process has constructed (the next birth number)
+#: how many lazy modules the process has constructed (the next birth number), and its lock
 _CONSTRUCTED = [0]
+_CONSTRUCTED_LOCK = threading.Lock()
 _ORDER = itertools.count()
 
 
@@ -275,8 +275,9 @@ def record_construction(module: nn.Module) -> None:
         _LAST_RNG_STATE[:] = [state]
     record = lazy_state(module)
     record.rng = _LAST_RNG_STATE[0]
-    record.birth = next(_BIRTHS)
-    _CONSTRUCTED[0] = record.birth + 1
+    with _CONSTRUCTED_LOCK:  # (one counter: the birth numbers and constructed() agree)
+        record.birth = _CONSTRUCTED[0]
+        _CONSTRUCTED[0] += 1
 
 
 @dataclass(frozen=True)
