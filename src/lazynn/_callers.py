@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -42,6 +43,7 @@ __all__ = [
     "find_wrapper",
     "frames",
     "in_checkpoint",
+    "is_users",
     "scripted_path",
     "under_dynamo",
     "untraced",
@@ -79,16 +81,37 @@ def frames(skip: int = 3) -> Iterator[FrameType]:
         frame = frame.f_back
 
 
-_LIBRARIES = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+#: folders whose code is not the user's: lazynn's, torch's, Python's own
+_NOT_USERS = tuple(
+    os.path.realpath(folder)
+    for folder in {
+        os.path.dirname(__file__),
+        os.path.dirname(torch.__file__),
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["platstdlib"],
+    }
+)
+
+
+def is_users(filename: str) -> bool:
+    """Whether code of ``filename`` is the user's: not lazynn's, torch's, Python's, nor an
+    installed package's (``site-packages``)."""
+    if filename.startswith("<"):  # <frozen runpy>, <string>
+        return False
+    path = os.path.realpath(filename)
+    if {"site-packages", "dist-packages"} & set(path.split(os.sep)):
+        return False
+    return not any(path == root or path.startswith(root + os.sep) for root in _NOT_USERS)
 
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning issued by the caller point at the user's line:
-    the innermost frame outside torch and lazynn (a first call's warning, raised under
-    ``nn.Module.__call__`` and containers' forwards, names the model's code, not torch's)."""
+    the innermost frame of the user's code (:func:`is_users`; a first call's warning, raised
+    under ``nn.Module.__call__`` and containers' forwards, names the model's code, not
+    torch's). Only on the path of a warning: it resolves each frame's file."""
     frame: FrameType | None = sys._getframe(1)  # (CPython's documented frame access)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+    while frame is not None and not is_users(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level if frame is not None else 2
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import re
-import sysconfig
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from ._callers import is_users
 from ._errors import LazynnError
 from ._shapes import MODEL_DTYPES
 from ._targets import CommandError
@@ -122,28 +122,6 @@ def cli_fix(text: str, leaves: Sequence[tuple[str, str]]) -> str:
 
 # --- where the user's code raised it -------------------------------------------------------
 
-#: folders whose code is not the user's: lazynn's, torch's, Python's own
-_NOT_USERS = tuple(
-    os.path.realpath(folder)
-    for folder in {
-        str(Path(__file__).parent),
-        str(Path(torch.__file__).parent),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["platstdlib"],
-    }
-)
-
-
-def _is_users(filename: str) -> bool:
-    """Whether code of ``filename`` is the user's: not lazynn's, torch's, Python's, nor an
-    installed package's (``site-packages``)."""
-    if filename.startswith("<"):  # <frozen runpy>, <string>
-        return False
-    path = os.path.realpath(filename)
-    if {"site-packages", "dist-packages"} & set(Path(path).parts):
-        return False
-    return not any(path == root or path.startswith(root + os.sep) for root in _NOT_USERS)
-
 
 def _original(error: BaseException) -> BaseException:
     """The exception ``error`` was raised from (its cause, or the one being handled), and so
@@ -169,7 +147,7 @@ def _frames(error: BaseException) -> tuple[str, str | None] | None:
     if isinstance(original, (LazynnError, CommandError)):
         return None
     frames = traceback.extract_tb(original.__traceback__)
-    users = [f for f in frames if _is_users(f.filename)]
+    users = [f for f in frames if is_users(f.filename)]
     if not users:
         return None
     frame = users[-1]

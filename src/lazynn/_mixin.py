@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -39,13 +38,12 @@ from ._refusals import (
     scripting_refusal,
     warn_compiled_queue,
 )
-from ._snapshot import RandomState, Snapshot
+from ._snapshot import RandomState, Snapshot, continue_builds, weak
 from ._state import (
     BUILD_LOCK,
     QUEUE_KEY,
     STATE_KEY,
     WAITING,
-    Context,
     context,
     find_state,
     record_construction,
@@ -135,24 +133,6 @@ def finish(module: nn.Module) -> None:
     target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
     if target is not None:
         module.__class__ = target
-
-
-def _continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:
-    """Inside ``torch.utils.checkpoint`` (running ``checkpointed``): go on with the builds'
-    own stream if the last such build was in the same checkpoint and left the generator as it
-    is now (``forward``: its state now); else the builds draw from here."""
-    if here.build_stream is not None:
-        function, left, stream = here.build_stream
-        if function() is checkpointed and left.same_as(forward):
-            stream.restore()
-
-
-def _weak(value: Any) -> Callable[[], Any]:
-    """A weak reference to ``value`` (one that is always None where it takes none)."""
-    try:
-        return weakref.ref(value)
-    except TypeError:
-        return lambda: None
 
 
 def _call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -260,15 +240,12 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             # rehearsal's model is a twin or a draft, thrown away if it fails, on meta)
             own = id(module) not in here.covered and here.rehearsal is None
             snapshot = Snapshot(module) if own else None
-            # (a construction may draw, then fail; inside torch.utils.checkpoint, the forward
-            # after the build must draw what the checkpoint's recomputation, which builds
-            # nothing, draws: the forward's state is put back after the build, and the builds
-            # draw from a stream of their own, continued from the last build's where the
-            # generator is still where that build left it, so layers differ)
+            # (a construction may draw, then fail; in torch.utils.checkpoint the builds draw
+            # apart from the forward, as the recomputation builds nothing: continue_builds)
             checkpointed = in_checkpoint() if here.rehearsal is None else None
             rng = RandomState() if own or checkpointed is not None else None
             if checkpointed is not None and rng is not None:
-                _continue_builds(here, checkpointed, rng)
+                continue_builds(here, checkpointed, rng)
             here.builds += 1
             try:
                 # (parameters as a construction outside torch.inference_mode makes them)
@@ -293,7 +270,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             finally:
                 here.builds -= 1
             if checkpointed is not None and rng is not None:
-                here.build_stream = (_weak(checkpointed), rng, RandomState())
+                here.build_stream = (weak(checkpointed), rng, RandomState())
                 rng.restore()
             finish(module)
             if here.built_here is not None:

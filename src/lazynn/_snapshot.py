@@ -14,15 +14,17 @@ failure the user's model is left exactly as it was" holds by construction:
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from ._state import LazyState
+from ._state import Context, LazyState
 from ._tensors import is_placeholder, own_tensors, raw
 
-__all__ = ["RandomState", "Snapshot"]
+__all__ = ["RandomState", "Snapshot", "continue_builds", "weak"]
 
 
 class Snapshot:
@@ -124,3 +126,21 @@ class RandomState:
         if self.cuda is None or other.cuda is None:
             return self.cuda is other.cuda
         return all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda, strict=True))
+
+
+def continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:
+    """Inside ``torch.utils.checkpoint`` (running ``checkpointed``): go on with the builds'
+    own stream if the last such build was in the same checkpoint and left the generator as it
+    is now (``forward``: its state now); else the builds draw from here."""
+    if here.build_stream is not None:
+        function, left, stream = here.build_stream
+        if function() is checkpointed and left.same_as(forward):
+            stream.restore()
+
+
+def weak(value: Any) -> Callable[[], Any]:
+    """A weak reference to ``value`` (one that is always None where it takes none)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: None

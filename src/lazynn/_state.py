@@ -153,7 +153,7 @@ class Context:
     #: the last build inside ``torch.utils.checkpoint``: (a weak reference to the function
     #: checkpointed, the generator state it left for the forward, the state its own draws
     #: ended at), so the next one in the same checkpoint continues those draws
-    #: (``_mixin._continue_builds``; the states are ``_snapshot.RandomState``)
+    #: (``_snapshot.continue_builds``; the states are ``_snapshot.RandomState``)
     build_stream: tuple[Any, Any, Any] | None = None
 
 
