@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import lazynn
-from lazynn._infer import ambiguity
+from lazynn._layer.infer import ambiguity
 
 # (lazy layer, input shape, the phrase of its note, or None: a plain reading)
 CASES = [

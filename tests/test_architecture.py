@@ -1,8 +1,10 @@
-"""The package's layout stays the architecture docs/design.md describes.
+"""The package's folders are its architecture: one wing per phase of a lazy module's life.
 
-Each private module holds one concept and imports only the layers below it (``LAYERS``, lowest
-first), at module top; no module is over 500 lines; ``__init__`` only re-exports, each public
-name once; docs/design.md's module table lists exactly the modules there are.
+``src/lazynn`` holds the error family (``_errors.py``), the package's ``__init__`` (re-exports
+only) and one subpackage, a *wing*, per phase (``WINGS``, lowest first). A module imports only
+from its own wing or a lower one, at module top, and within a wing the imports form no cycle.
+Each wing has a README listing its files and the wings it may import, which these tests hold
+against the code; docs/design.md's table lists exactly the wings. No module is over 500 lines.
 """
 
 from __future__ import annotations
@@ -18,59 +20,21 @@ import lazynn
 PACKAGE = Path(lazynn.__file__).parent
 ROOT = PACKAGE.parent.parent
 
-#: Every module of the package, lowest layer first: a module may import only those before it.
-LAYERS = [
+#: The wings, lowest first: a module may import from its own wing or one before it.
+WINGS = [
     "_errors",
-    "_tensors",
-    "_state",
-    "_callers",
-    "_refusals",
-    "_deferred",
-    "_placeholder",
-    "_registries",
-    "_snapshot",
-    "_writes",
-    "_mixin",
-    "_infer",
-    "_construct",
-    "_checkpoint",
-    "_inputs",
-    "_spec",
-    "_layout",
+    "_module",
     "_layer",
-    "_lazy",
-    "_layers",
-    "_layers.activation",
-    "_layers.agnostic",
-    "_layers.attention",
-    "_layers.conv",
-    "_layers.linear",
-    "_layers.loss",
-    "_layers.norm",
-    "_layers.recurrent",
-    "_layers.transformer",
-    "_memo",
-    "_meta_device",
-    "_twin",
-    "_rehearse",
-    "_queue",
-    "_replay",
-    "_sharded",
-    "_progress",
-    "_factory",
+    "_nn",
+    "_rehearsal",
     "_build",
-    "_adopt",
     "_materialize",
-    "_on_build",
-    "_memory",
-    "_report",
     "_summary",
-    "_targets",
-    "_shapes",
-    "_fixes",
     "_cli",
     "__main__",
 ]
+#: wings that are subpackages (with a README)
+FOLDERS = [w for w in WINGS if (PACKAGE / w).is_dir()]
 
 
 def _name(path: Path) -> str:
@@ -80,9 +44,12 @@ def _name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES = {
-    _name(p): p for p in sorted(PACKAGE.rglob("*.py")) if _name(p)
-}  # (the package's own __init__ is checked apart)
+#: every module of the package but its own __init__ (checked apart)
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if _name(p)}
+
+
+def _wing(module: str) -> str:
+    return module.split(".")[0]
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
@@ -96,26 +63,80 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
             base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
             if node.module:
                 found.append((".".join([*base, node.module]), id(node) in top))
-            else:  # `from . import _x`: the modules named
+            else:  # `from . import x`: the modules named
                 found += [(".".join([*base, a.name]), id(node) in top) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lazynn."):
             found.append((node.module.removeprefix("lazynn."), id(node) in top))  # type: ignore[union-attr]
     return found
 
 
-def test_every_module_has_its_place_in_the_layers() -> None:
-    assert sorted(MODULES) == sorted(LAYERS)
+def test_every_module_is_in_a_wing() -> None:
+    assert {_wing(m) for m in MODULES} == set(WINGS)
+    top = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py")
+    assert top == ["__init__.py", "__main__.py", "_errors.py"]
 
 
-@pytest.mark.parametrize("module", LAYERS)
-def test_a_module_imports_only_lower_layers_at_its_top(module: str) -> None:
-    below = set(LAYERS[: LAYERS.index(module)])
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_from_its_own_wing_or_a_lower_one_at_its_top(module: str) -> None:
+    allowed = set(WINGS[: WINGS.index(_wing(module)) + 1])
     for target, at_top in _imports(MODULES[module]):
         assert at_top, f"{module} imports {target} inside a function"
-        assert target in below, f"{module} imports {target}, which is not below it"
+        assert _wing(target) in allowed, f"{module} imports {target}, from a higher wing"
 
 
-@pytest.mark.parametrize("module", LAYERS)
+@pytest.mark.parametrize("wing", FOLDERS)
+def test_the_imports_inside_a_wing_form_no_cycle(wing: str) -> None:
+    inside = {m for m in MODULES if _wing(m) == wing and m != wing}
+    edges = {m: {t for t, _ in _imports(MODULES[m]) if t in inside} for m in inside}
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module in done:
+            return
+        for target in edges[module]:
+            visit(target, (*path, module))
+        done.add(module)
+
+    for module in sorted(inside):
+        visit(module, ())
+
+
+def _readme(wing: str) -> str:
+    return (PACKAGE / wing / "README.md").read_text()
+
+
+@pytest.mark.parametrize("wing", FOLDERS)
+def test_a_wing_readme_lists_exactly_its_files(wing: str) -> None:
+    listed = re.findall(r"^\| `(\w+\.py)` \|", _readme(wing), re.M)
+    files = sorted(p.name for p in (PACKAGE / wing).glob("*.py") if p.name != "__init__.py")
+    assert sorted(listed) == files
+    assert len(listed) == len(set(listed))
+
+
+@pytest.mark.parametrize("wing", FOLDERS)
+def test_a_wing_readme_says_which_wings_it_may_import_and_the_code_keeps_to_it(
+    wing: str,
+) -> None:
+    (line,) = [x for x in _readme(wing).splitlines() if x.startswith("May import:")]
+    declared = set(re.findall(r"`(\w+)`", line))
+    assert declared <= set(WINGS[: WINGS.index(wing)]), "a wing may import only lower ones"
+    used = {
+        _wing(target)
+        for module, path in MODULES.items()
+        if _wing(module) == wing
+        for target, _ in _imports(path)
+    } - {wing}
+    assert used <= declared, f"{wing} imports {sorted(used - declared)}, not in its README"
+
+
+def test_a_wing_init_holds_nothing_but_its_docstring() -> None:
+    for wing in FOLDERS:
+        tree = ast.parse((PACKAGE / wing / "__init__.py").read_text())
+        assert [type(node) for node in tree.body] == [ast.Expr], wing
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_is_over_500_lines(module: str) -> None:
     assert len(MODULES[module].read_text().splitlines()) <= 500
 
@@ -152,12 +173,9 @@ def test_the_version_is_the_package_metadata() -> None:
     assert f'version = "{lazynn.__version__}"' in pyproject
 
 
-def test_design_doc_lists_exactly_the_modules() -> None:
+def test_design_doc_lists_exactly_the_wings_and_points_at_their_readmes() -> None:
     design = (ROOT / "docs" / "design.md").read_text()
-    rows = [line.split("|")[1] for line in design.splitlines() if line.startswith("| `_")]
-    listed = {
-        name.replace("/", ".").removesuffix(".py")
-        for row in rows
-        for name in re.findall(r"`([\w/]+\.py)`", row)
-    }
-    assert listed == {m for m in MODULES if m != "_layers"}
+    listed = re.findall(r"^\| \[?`(_\w+)(?:/|\.py)`", design, re.M)
+    assert sorted(listed) == sorted(w for w in WINGS if w != "__main__")
+    for wing in FOLDERS:
+        assert f"(../src/lazynn/{wing}/README.md)" in design, wing

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from torch import nn
 
 import lazynn
-from lazynn._progress import Progress
+from lazynn._build.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import models

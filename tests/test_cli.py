@@ -2,7 +2,7 @@
 ``python -m lazynn``), TARGET being ``FILE.py:NAME``, ``MODULE:NAME`` or either with literal
 arguments, ``FILE.py:NAME(2, width=64)``.
 
-Most cases call ``lazynn._cli.main(argv)`` in-process (fast); a few run the real command in
+Most cases call ``lazynn._cli.main.main(argv)`` in-process (fast); a few run the real command in
 subprocesses, started together once per module (``runs``), to check exit statuses and that
 errors print one line and no traceback.
 """
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import lazynn
-from lazynn._cli import main
-from lazynn._fixes import one_line
+from lazynn._cli.fixes import one_line
+from lazynn._cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = "examples/digits.py:make_model"

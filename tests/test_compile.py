@@ -27,8 +27,8 @@ from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 from torch.func import functional_call, grad, jacrev, vmap
 
 import lazynn
-from lazynn._mixin import is_unbuilt
-from lazynn._tensors import is_placeholder
+from lazynn._module.mixin import is_unbuilt
+from lazynn._module.tensors import is_placeholder
 from registry import assert_known_initial, lazy_tensors
 
 pytestmark = pytest.mark.compile
@@ -561,7 +561,7 @@ def test_a_first_call_in_a_frame_dynamo_compiles_builds_as_python(
 
 def test_a_traced_module_path_names_the_class_without_a_frame_walk() -> None:
     from lazynn._errors import module_path
-    from lazynn._refusals import refuse_under_functorch
+    from lazynn._module.refusals import refuse_under_functorch
 
     model = nn.Sequential(nn.Sequential(lazynn.LazyLinear(3)))
     layer = model[0][0]

@@ -36,9 +36,9 @@ from torch import nn
 
 import lazynn
 from compare import assert_same_module
-from lazynn._mixin import LazyModuleMixin, is_unbuilt
-from lazynn._placeholder import fill
-from lazynn._tensors import is_placeholder
+from lazynn._module.mixin import LazyModuleMixin, is_unbuilt
+from lazynn._module.placeholder import fill
+from lazynn._module.tensors import is_placeholder
 from pauses import MetaPause
 
 
@@ -350,7 +350,7 @@ def test_assign_takes_the_checkpoints_tensors_without_a_copy() -> None:
 def test_a_build_waits_for_another_threads_build_of_the_same_model() -> None:
     """Thread A is paused between its rehearsal and its allocation; thread B's build of the
     same model must wait (else A allocates from a stale rehearsal), then find it built."""
-    from lazynn import _build
+    import lazynn._build.build as _build
 
     def make() -> nn.Module:
         return nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(2))
@@ -607,7 +607,7 @@ def test_a_first_call_during_another_threads_build_waits_and_meets_the_built_mod
 def test_remembered_layouts_share_nothing_mutable_between_layers() -> None:
     # The second layer of a configuration copies the first one's meta layout: each must still
     # have its own containers, hooks and tensors.
-    from lazynn._construct import new
+    from lazynn._layer.construct import new
 
     first, second = lazynn.LazyConv2d(8, 3, padding=1), lazynn.LazyConv2d(8, 3, padding=1)
     for key, value in first.__dict__.items():

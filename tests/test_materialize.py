@@ -187,7 +187,7 @@ def test_a_tied_head_after_a_lazy_layer_gets_its_bias_from_its_eager_place(
 def test_a_freed_written_temporary_does_not_make_a_later_tensor_look_written() -> None:
     """Writes tells storages apart by identity, not address: an initializer's temporary,
     written then freed, leaves its address to later tensors that nothing wrote."""
-    from lazynn._writes import Writes
+    from lazynn._build.writes import Writes
 
     with Writes() as writes:
         for _ in range(200):

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import lazynn
-from lazynn._rehearse import Rehearsal, rehearse
+from lazynn._rehearsal.rehearse import Rehearsal, rehearse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import models

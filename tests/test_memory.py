@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import lazynn
-from lazynn._memory import Memory, training_memory
+from lazynn._summary.memory import Memory, training_memory
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -293,7 +293,7 @@ def test_two_threads_silencing_warnings_leave_no_filter_behind() -> None:
     """lazynn silences warnings (a layout on meta, a check) under the build lock. Forced: a
     second thread tries to silence while the first is inside; without the lock the first
     would leave first and the second put back the first's "ignore" filter."""
-    from lazynn._state import quiet
+    from lazynn._module.state import quiet
 
     filters = list(warnings.filters)
     a_in, a_go, b_in = threading.Event(), threading.Event(), threading.Event()

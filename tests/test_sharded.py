@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from lazynn._sharded import draw_region, draw_slice
+from lazynn._materialize.sharded import draw_region, draw_slice
 
 FILLS = {
     "uniform": (torch.Tensor.uniform_, (-0.5, 0.25)),

@@ -24,8 +24,8 @@ from torch.utils._pytree import tree_leaves
 
 import lazynn
 from golden_models import CASES, IMAGE, TiedLM, TwoInputs, lazy_cnn, real_inputs
-from lazynn._tensors import is_placeholder
-from lazynn._tensors import raw as _raw
+from lazynn._module.tensors import is_placeholder
+from lazynn._module.tensors import raw as _raw
 from registry import Row, assert_known_initial, known_tensors, lazy_tensors
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import lazynn
 from golden_models import Blocks, lazy_cnn
-from lazynn._report import SCREEN_ROWS
+from lazynn._summary.render import SCREEN_ROWS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import models
@@ -234,7 +234,7 @@ def test_json_has_the_documented_fields_and_round_trips() -> None:
 
 
 def test_readme_shows_what_the_main_job_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    from lazynn._cli import main
+    from lazynn._cli.main import main
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
@@ -248,7 +248,7 @@ def test_readme_shows_what_the_main_job_prints(capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 def test_training_memory_in_the_summary_and_its_json(optimizer: str) -> None:
-    from lazynn._memory import training_memory
+    from lazynn._summary.memory import training_memory
 
     report = lazynn.summary(Blocks(), (4, 6), training=True, optimizer=optimizer)
     assert report.memory == training_memory(Blocks(), ((4, 6),), {}, optimizer)
@@ -304,7 +304,7 @@ class _Nested(nn.Module):
 def test_memoized_blocks_count_each_call_as_running_them_would(factory: Any) -> None:
     """Identical blocks run once on meta; every row's calls, FLOPs and first-call shapes are
     those of a rehearsal that runs every block."""
-    from lazynn._rehearse import rehearse
+    from lazynn._rehearsal.rehearse import rehearse
 
     first = factory()
     fast = rehearse(first, ((4, 8) if factory is not Blocks else (4, 6),), {}, count_flops=True)

@@ -31,11 +31,11 @@ from torch.nn.modules.lazy import LazyModuleMixin as TorchLazyModuleMixin
 from torch.utils.hooks import RemovableHandle
 
 import lazynn
-from lazynn._construct import MODULE_KEYS as _MODULE_KEYS
-from lazynn._layer import LazyLayer
-from lazynn._layers.agnostic import _RankAgnostic
-from lazynn._mixin import is_unbuilt
-from lazynn._tensors import raw as _raw
+from lazynn._layer.base import LazyLayer
+from lazynn._layer.construct import MODULE_KEYS as _MODULE_KEYS
+from lazynn._module.mixin import is_unbuilt
+from lazynn._module.tensors import raw as _raw
+from lazynn._nn.agnostic import _RankAgnostic
 from registry import Row
 
 # --- torch._C.DisableTorchFunctionSubclass ----------------------------------------------------
@@ -392,7 +392,7 @@ def test_dynamos_graph_break_takes_lazynns_words() -> None:
 def test_the_rehearsals_device_mode_is_torchs_device_context() -> None:
     """_meta_device.MetaDevice subclasses torch's DeviceContext: made tensors are meta (even
     inside another device context), the mode stack is left as it was, draws are noticed."""
-    from lazynn._meta_device import MetaDevice
+    from lazynn._rehearsal.meta_device import MetaDevice
 
     with torch.device("cpu"):
         with MetaDevice() as mode:

@@ -1,7 +1,7 @@
-"""``python -m lazynn``: see ``lazynn._cli``."""
+"""``python -m lazynn``: see ``lazynn._cli.main``."""
 
 import sys
 
-from ._cli import main
+from ._cli.main import main
 
 sys.exit(main())

@@ -1,0 +1,434 @@
+"""build(): whole-model shape inference on meta, then one allocation.
+
+``build(model, *examples)`` runs the model once on meta tensors (``_rehearse``) to learn every
+lazy layer's sizes, then allocates each layer once, in *construction order* (the order of
+``model.modules()``), so that initialization draws the random numbers an eager model's
+construction draws: under one seed, ``build(LazyNet(), x)`` equals ``EagerNet()`` bit for bit.
+
+For a model that mixes eager and lazy layers, the eager layers constructed after the first
+lazy one drew their numbers at construction from the wrong place in the stream; ``build``
+replays the stream from the first lazy layer's construction (its recorded generator state),
+re-initializing those eager layers with ``reset_parameters()``, unless their values were
+changed since construction (then they are kept, with a warning).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from .._module.deferred import Init
+from .._module.deferred import run as run_inits
+from .._errors import (
+    InferenceError,
+    LazynnError,
+    first_line,
+    message,
+    module_path,
+)
+from .factory import build_factory, is_factory
+from .._layer.infer import CLASS_KEY
+from .._layer.base import LazyLayer
+from .._module.mixin import finish, is_lazy_module, is_unbuilt
+from .._module.placeholder import relocate
+from .progress import Progress
+from .queue import Entry as QueueEntry
+from .queue import due, ready, run_ready
+from .._rehearsal.rehearse import Rehearsal, TensorInfo, rehearse, warn_notes
+from .replay import Plan, plan, scratch_init
+from .._module.snapshot import RandomState, Snapshot
+from .._module.state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild, find_state
+from .._module.tensors import byte_size, copy_values, is_placeholder, own_slots, own_tensors
+
+__all__ = ["build", "build_from", "move_to_meta"]
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def build(
+    model: M | Callable[[], M],
+    *example_inputs: Any,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    progress: bool | None = None,
+    **example_kwargs: Any,
+) -> M:
+    """Build every lazy layer of ``model`` from example inputs, without running it for real.
+
+    Args:
+        model: any ``nn.Module`` holding lazynn layers, torch's ``nn.Lazy*`` layers, or both,
+            mixed with eager layers. Built in place and returned.
+        *example_inputs: the forward's positional inputs: tensors (only their shape and dtype
+            are used), ``torch.Size`` / tuples of ints (default dtype), :class:`lazynn.Spec`
+            (shape and dtype), or structures of these.
+        device: where to allocate the parameters. Default: where each layer was declared or
+            moved to. ``"meta"`` infers shapes and allocates nothing (see :func:`materialize`).
+        dtype: the floating-point dtype of the new parameters. Default: as declared or moved.
+        progress: show a progress bar on stderr. Default: for large models (over 50M new
+            parameters) when stderr is a terminal.
+        **example_kwargs: the forward's keyword inputs, as above.
+
+    Returns:
+        ``model``, every layer plain torch.nn.
+
+    Raises:
+        InferenceError: the forward failed on the examples (the message names the module's
+            path, type and the input shapes it received), or a lazy layer was never called.
+            The model is then exactly as it was.
+
+    >>> import torch, lazynn
+    >>> from torch import nn
+    >>> net = nn.Sequential(lazynn.LazyConv2d(8, 3), nn.Flatten(), lazynn.LazyLinear(10))
+    >>> lazynn.build(net, (1, 3, 32, 32))[2]
+    Linear(in_features=7200, out_features=10, bias=True)
+    """
+    if is_factory(model):
+        target = torch.device(device) if device is not None else None
+        made = build_factory(model, example_inputs, example_kwargs, target, dtype)
+        return made  # type: ignore[return-value]
+    assert isinstance(model, nn.Module)
+    return build_from(model, example_inputs, example_kwargs, device, dtype, progress)  # type: ignore[return-value]
+
+
+def build_from(
+    model: M,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    progress: bool | None = None,
+    partial: bool = False,
+) -> M:
+    """:func:`build`; ``partial``: from a real call's arguments (only tensors are examples),
+    and lazy layers they do not reach stay unbuilt."""
+    # The rehearsal and the allocation under one hold of the build lock: another thread's
+    # build of the same model waits, then finds nothing left to build.
+    with BUILD_LOCK:
+        rehearsal = rehearse(model, example_inputs, example_kwargs, literal=partial)
+        if rehearsal.unreached and not partial:
+            raise InferenceError(
+                message(
+                    "build",
+                    "example inputs whose forward calls every lazy layer",
+                    "a forward that never called "
+                    + ", ".join(f"'{p}'" for p in rehearsal.unreached),
+                    "pass inputs (or a training/eval mode) that reach these layers; the model "
+                    "is unchanged",
+                )
+            )
+        _allocate(
+            model,
+            rehearsal,
+            torch.device(device) if device is not None else None,
+            dtype,
+            progress,
+            quiet=partial,
+        )
+    warn_notes(rehearsal.notes.values())
+    return model
+
+
+def _retarget(module: nn.Module, device: torch.device | None, dtype: torch.dtype | None) -> None:
+    """Move a lazy module's placeholders (any kind) to ``device`` / ``dtype`` before its build."""
+    if device is None and dtype is None:
+        return
+    for store, name, tensor in own_slots(module):
+        if is_placeholder(tensor):
+            floating = tensor.is_floating_point()
+            target = device if device is not None else tensor.device
+            store[name] = relocate(tensor, target, dtype if floating else None)
+
+
+def move_to_meta(
+    module: nn.Module,
+    shared: dict[int, torch.Tensor],
+    only_shared: bool = False,
+    names: Collection[str] | None = None,
+) -> None:
+    """Move a module's own tensors to meta, one meta tensor per real one (ties kept);
+    ``only_shared``: move only those another module already moved (its tied weights);
+    ``names``: move only these (and the shared ones), the others keep their values."""
+    for store, name, tensor in own_slots(module):
+        moved = id(tensor) in shared
+        if tensor.is_meta or (only_shared and not moved):
+            continue
+        if names is not None and name not in names and not moved:
+            continue  # (its initializer does not write it: materialize could not remake it)
+        if id(tensor) not in shared:
+            meta = torch.empty_like(tensor, device="meta")
+            shared[id(tensor)] = (
+                nn.Parameter(meta, tensor.requires_grad)
+                if isinstance(tensor, nn.Parameter)
+                else meta
+            )
+        store[name] = shared[id(tensor)]
+
+
+class _Allocation:
+    """One allocation pass over a model, in registration order (see the module doc): each
+    kind of module has its step. The work the program wrote between constructions (kept
+    initializations, queued functions) runs between them, in the order written: before the
+    construction of the lazy layer born after it (:meth:`run_due`)."""
+
+    def __init__(
+        self,
+        rehearsal: Rehearsal,
+        chosen: Plan,
+        device: torch.device | None,
+        dtype: torch.dtype | None,
+        bar: Progress,
+    ) -> None:
+        self.rehearsal, self.plan, self.device, self.dtype, self.bar = (
+            rehearsal,
+            chosen,
+            device,
+            dtype,
+            bar,
+        )
+        self.on_meta = device is not None and device.type == "meta"
+        #: (construction number, sizes) -> the first layer built with them (copies follow it)
+        self.births: dict[tuple[Any, str], nn.Module] = {}
+        #: (tensor, its old data), to put back on failure
+        self.replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
+        #: id(real tensor) -> its meta twin, so ties hold on meta
+        self.shared: dict[int, torch.Tensor] = {}
+        #: ids of the tensors of the modules visited so far (a tensor seen again is a tie)
+        self.earlier: set[int] = set()
+        #: initializations written on the placeholders, with the built tensors (``_deferred``),
+        #: not run yet; and the tensor each one ran on
+        self.inits: list[tuple[Init, torch.Tensor]] = []
+        self.inits_done: dict[int, torch.Tensor] = {}
+        #: functions queued with on_build in the model, by module, not run yet
+        self.queued: list[tuple[nn.Module, QueueEntry]] = []
+
+    def run_due(self, model: nn.Module, before: int | None) -> None:
+        """Run the work written before the construction of the ``before``-th lazy layer
+        (None: all that is left), in the order written; a queued function only once its
+        module is built and allocated."""
+        if self.on_meta:
+            return  # (nothing holds values yet: materialize runs it)
+
+        def written(after: int) -> bool:
+            return before is None or after <= before
+
+        inits = [pair for pair in self.inits if written(pair[0].after)]
+        queued = [pair for pair in self.queued if written(pair[1].after) and ready(pair[0])]
+        if not inits and not queued:
+            return
+        self.inits = [pair for pair in self.inits if not written(pair[0].after)]
+        self.queued = [pair for pair in self.queued if pair not in queued]
+        work: list[tuple[int, Any]] = [(init.order, (init, t)) for init, t in inits]
+        work += [(entry.order, (module, entry)) for module, entry in queued]
+        for _, item in sorted(work, key=lambda pair: pair[0]):
+            if isinstance(item[0], Init):
+                run_inits([item], self.inits_done)
+            else:
+                with torch.enable_grad():  # (as outside a build: the allocation runs no_grad)
+                    run_ready(model, only=[item[1]])
+
+    def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
+        if module in self.rehearsal.sizes and is_unbuilt(module):
+            assert isinstance(module, LazyLayer)
+            try:
+                self.lazynn_layer(module)
+            except LazynnError:
+                raise
+            except Exception as error:  # out of memory, a device or dtype the class refuses
+                raise _allocation_error(
+                    path,
+                    module,
+                    self.rehearsal.sizes[module],
+                    self.rehearsal.tensors.get(path, []),
+                    self.device,
+                    self.dtype,
+                    error,
+                ) from error
+        elif module in lazy:
+            self.other_lazy(module)
+        elif module in self.plan.replay:
+            self.replayed(module)
+        elif module in self.plan.tied:
+            self.tied(module)
+        self.earlier.update(id(t) for t in own_tensors(module))
+
+    def lazynn_layer(self, module: LazyLayer) -> None:
+        """Construct it for real (or on meta) with its inferred sizes; a copy of a layer built
+        before takes that layer's values and draws nothing."""
+        sizes = self.rehearsal.sizes[module]
+        state = find_state(module)
+        kin = (state.birth if state is not None else None, repr(sorted(sizes.items())))
+        source = self.births.get(kin)
+        recipe = _recipe(module, sizes, self.dtype)
+        if source is None:
+            self.births[kin] = module
+            pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
+        else:  # a copy of a layer built before: its values, no draws
+            rng = torch.get_rng_state()
+            pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
+            torch.set_rng_state(rng)
+        finish(module)
+        if source is not None and self.on_meta:
+            META_BUILT[module] = CopyFrom(source, _slotted(module, pending))
+        elif source is not None:
+            copy_values(source, module)
+        elif self.on_meta:
+            META_BUILT[module] = replace(recipe, inits=_slotted(module, pending))
+        if not self.on_meta:
+            self.inits += pending  # (run once every layer is built: _allocate)
+        self.bar.advance(sum(t.numel() for t in module.parameters()))
+
+    def other_lazy(self, module: nn.Module) -> None:
+        """torch's lazy modules and custom mixins: their own build, from their meta inputs."""
+        _retarget(module, self.device, self.dtype)
+        a, k = self.rehearsal.inputs[module]
+        module._infer_parameters(module, a, k)  # type: ignore[operator]
+        self.bar.advance(sum(t.numel() for t in module.parameters()))
+
+    def replayed(self, module: nn.Module) -> None:
+        """An eager layer re-initialized from its eager position in the stream."""
+        if self.on_meta:  # materialize() initializes it in order: what its initializer writes
+            move_to_meta(module, self.shared, names=self.plan.written.get(module))
+            return
+        twin = scratch_init(module)
+        for tensor, fresh in zip(own_tensors(module), own_tensors(twin), strict=True):
+            self.replaced.append((tensor, tensor.data))
+            tensor.data = fresh.data
+
+    def tied(self, module: nn.Module) -> None:
+        """An eager layer tied to an earlier one: its construction's draws are replayed; its
+        own untied tensors (a tied head's bias) take them, unless changed since."""
+        retied = module in self.plan.retied
+        if self.on_meta:  # follow moved ties; materialize() re-initializes a retied layer
+            if retied:  # (its tied tensors follow their first owner, moved or not)
+                tied = {name for _, name, t in own_slots(module) if id(t) in self.earlier}
+                names = self.plan.written.get(module, frozenset()) - tied
+                move_to_meta(module, self.shared, names=names)
+            else:
+                move_to_meta(module, self.shared, only_shared=True)
+        elif self.plan.start is not None:
+            twin = scratch_init(module)  # draws what its construction drew; keeps the tie
+            if retied:
+                earlier = {id(t) for t in self.shared_before(module)}
+                for tensor, fresh in zip(own_tensors(module), own_tensors(twin), strict=True):
+                    if id(tensor) not in earlier:
+                        self.replaced.append((tensor, tensor.data))
+                        tensor.data = fresh.data
+
+    def shared_before(self, module: nn.Module) -> list[torch.Tensor]:
+        """The tensors of ``module`` that a module registered before it holds too."""
+        return [t for t in own_tensors(module) if id(t) in self.earlier]
+
+    def undo(self) -> None:
+        for tensor, old in self.replaced:
+            tensor.data = old
+
+
+def _allocate(
+    model: nn.Module,
+    rehearsal: Rehearsal,
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+    progress: bool | None,
+    quiet: bool = False,
+) -> None:
+    """Allocate every lazy layer the rehearsal sized; ``quiet``: no notes on the plan (a first
+    call's build, which promises no eager twin)."""
+    order = list(model.named_modules())
+    lazy = set(rehearsal.sizes) | {m for m in rehearsal.inputs if is_lazy_module(m)}
+    total = sum(
+        info.numel for path, m in order if m in lazy for info in rehearsal.tensors.get(path, [])
+    )
+    # (the model's size, for the bar: the eager layers' tensors too, each tie once)
+    in_model = {i.ident: i.numel for infos in rehearsal.tensors.values() for i in infos}
+    with BUILD_LOCK:
+        rng_before = RandomState()
+        chosen = plan(order, lazy, device, rng_before.cpu)
+        snapshot = Snapshot(model)
+        bar = Progress(total, "lazynn.build", progress, model_total=sum(in_model.values()))
+        allocation = _Allocation(rehearsal, chosen, device, dtype, bar)
+        try:
+            # (inference_mode(False): parameters as a construction outside the mode makes them)
+            with torch.inference_mode(False), torch.no_grad():
+                if chosen.start is not None:
+                    torch.set_rng_state(chosen.start)
+                allocation.queued = due(model)
+                for path, module in order:
+                    state = find_state(module)
+                    if state is not None and module in rehearsal.sizes and is_unbuilt(module):
+                        allocation.run_due(model, before=state.birth)
+                    allocation.visit(path, module, lazy)
+                allocation.run_due(model, before=None)
+                if not allocation.on_meta and (device is not None or dtype is not None):
+                    model.to(device=device, dtype=dtype)
+            run_ready(model)  # work queued with lazynn.on_build, still waiting
+        except BaseException:
+            allocation.undo()
+            snapshot.restore()
+            rng_before.restore()
+            raise
+        finally:
+            bar.close()
+        if allocation.on_meta and chosen.start is not None:
+            # Nothing drew on meta; leave the generator where construction began, so that
+            # materialize() draws what an eager construction draws.
+            torch.set_rng_state(chosen.start)
+    for note in [] if quiet else chosen.notes:
+        warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+
+
+def _slotted(
+    module: nn.Module, pending: list[tuple[Init, torch.Tensor]]
+) -> tuple[tuple[Init, str, str], ...]:
+    """Initializations of a layer built on meta, by the slot of their tensor, for
+    ``materialize`` (whose construction puts new tensors in the slots)."""
+    where = {
+        id(tensor): (path, name)
+        for path, sub in module.named_modules()
+        for _, name, tensor in own_slots(sub)
+    }
+    return tuple((init, *where[id(t)]) for init, t in pending if id(t) in where)
+
+
+def _allocation_error(
+    path: str,
+    module: nn.Module,
+    sizes: dict[str, Any],
+    infos: list[TensorInfo],
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+    error: Exception,
+) -> InferenceError:
+    """A lazy layer whose allocation failed (out of memory; a device or dtype its class
+    refuses): the sizes it was given, and what they cost where."""
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k != CLASS_KEY)
+    need = sum(
+        i.numel * (dtype if dtype is not None and i.dtype.is_floating_point else i.dtype).itemsize
+        for i in infos
+    )
+    where = f" on {device}" if device is not None else ""
+    return InferenceError(
+        message(
+            module_path(module, path),
+            f"to allocate {byte_size(need)}{where} for the layer's "
+            f"{sum(i.numel for i in infos):,} parameters and buffers (its inputs gave "
+            f"{shown})",
+            f"{type(error).__name__}: {first_line(error)}",
+            "check the example inputs' sizes (is one far larger than meant?), the memory free "
+            "on the device, and the device and dtype asked for; or build on meta "
+            "(lazynn.build(model, example, device='meta'), then lazynn.materialize); the model "
+            "is unchanged",
+        )
+    )
+
+
+def _recipe(layer: LazyLayer, sizes: dict[str, Any], dtype: torch.dtype | None) -> Rebuild:
+    """How to construct ``layer``, built with ``sizes``, as its eager class."""
+    chosen = sizes.get(CLASS_KEY, layer.cls_to_become)
+    state = layer._lazynn
+    arguments = {**state.kwargs, **{k: v for k, v in sizes.items() if k != CLASS_KEY}}
+    return Rebuild(chosen, arguments, dtype if dtype is not None else state.dtype)

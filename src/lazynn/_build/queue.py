@@ -1,0 +1,210 @@
+"""The ``on_build`` queue: work kept in a module until its lazy layers are built.
+
+The queue lives in the module's ``__dict__`` (:data:`KEY`, a frozen :class:`Queue`; a
+``deepcopy`` carries it, nothing global holds the module), ordered by a process-wide counter.
+:func:`run_ready` runs what is due, atomically; ``build``, ``materialize`` and the hooks of
+``lazynn.on_build`` (``_on_build``) call it. This module holds no hook of its own and imports
+no builder, so every builder can import it.
+
+>>> import torch
+>>> ready(torch.nn.Linear(2, 2))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._module.mixin import is_lazy_module, is_unbuilt
+from .._module.snapshot import Snapshot
+from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
+from .._module.tensors import is_placeholder, own_tensors
+
+__all__ = [
+    "KEY",
+    "Entry",
+    "Queue",
+    "add",
+    "due",
+    "entries",
+    "has_queue",
+    "mark_tried",
+    "queue_hook",
+    "ready",
+    "run_ready",
+    "take",
+    "tried",
+]
+
+#: where a module keeps its queue (in its __dict__, so that a copy carries it)
+KEY = QUEUE_KEY
+
+
+@dataclass(eq=False, frozen=True)
+class Entry:
+    """A queued function, and its place in the process-wide order."""
+
+    fn: Callable[[Any], object]
+    order: int
+    #: how many lazy layers the program had constructed when it queued it (``build`` runs
+    #: it after constructing those, before the next, when its module is ready by then)
+    after: int = 0
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A module's queue: replaced, never changed in place (so a Snapshot of the module's
+    ``__dict__`` restores it)."""
+
+    entries: tuple[Entry, ...] = ()
+    #: kinds of first call whose whole-module build was tried and reached not every layer
+    tried: frozenset[Any] = frozenset()
+    #: whether its functions are running (taken off, hooks kept: another thread's forward
+    #: waits for them at the hook)
+    running: bool = False
+
+
+def queue_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a hook as the queue's: :func:`take` removes marked hooks with the last entry."""
+    fn._lazynn_queue_hook = True  # type: ignore[attr-defined]
+    return fn
+
+
+def _queue(module: nn.Module) -> Queue | None:
+    return module.__dict__.get(KEY)
+
+
+def has_queue(module: nn.Module) -> bool:
+    """Whether the module has a queue: functions waiting, or running."""
+    return _queue(module) is not None
+
+
+def entries(module: nn.Module) -> tuple[Entry, ...]:
+    """The module's queued entries."""
+    queue = _queue(module)
+    return queue.entries if queue is not None else ()
+
+
+def add(module: nn.Module, fn: Callable[[Any], object]) -> tuple[Entry, bool]:
+    """Queue ``fn`` on ``module``: (its entry, whether it is the first, so hooks are due)."""
+    entry = Entry(fn, next_order(), constructed())
+    queue = _queue(module)
+    first = queue is None  # (a running queue keeps its hooks)
+    queue = queue or Queue()
+    module.__dict__[KEY] = replace(queue, entries=(*queue.entries, entry))
+    WAITING.add(module)
+    return entry, first
+
+
+def tried(module: nn.Module, kind: Any) -> bool:
+    """Whether a whole-module build from a call of this kind was tried already."""
+    queue = _queue(module)
+    return queue is not None and kind in queue.tried
+
+
+def mark_tried(module: nn.Module, kind: Any) -> None:
+    """Remember that a whole-module build from a call of this kind was tried."""
+    queue = _queue(module)
+    if queue is not None:
+        module.__dict__[KEY] = replace(queue, tried=queue.tried | {kind})
+
+
+def ready(module: nn.Module) -> bool:
+    """Whether every parameter and buffer in ``module`` holds real, allocated values."""
+    for m in module.modules():
+        if is_unbuilt(m) or is_lazy_module(m):
+            return False
+        for t in own_tensors(m):
+            if is_placeholder(t) or t.is_meta or nn.parameter.is_lazy(t):
+                return False
+    return True
+
+
+def due(scope: nn.Module) -> list[tuple[nn.Module, Entry]]:
+    """The queued functions of ``scope`` and its submodules, in the order they were queued."""
+    found = [(m, e) for m in scope.modules() for e in entries(m)]
+    return sorted(found, key=lambda pair: pair[1].order)
+
+
+def take(module: nn.Module, gone: list[Entry]) -> None:
+    """Unqueue ``gone``; with the queue empty, take the module's queue hooks off too."""
+    queue = _queue(module)
+    remaining = tuple(e for e in (queue.entries if queue else ()) if e not in gone)
+    if queue is not None and (remaining or queue.running):
+        module.__dict__[KEY] = replace(queue, entries=remaining)
+        return
+    _drop(module)
+
+
+def _drop(module: nn.Module) -> None:
+    """The queue is done: take it off the module, and its hooks."""
+    module.__dict__.pop(KEY, None)
+    WAITING.discard(module)
+    if module.__dict__.get("_initialize_hook") is True:  # (dynamo's protocol, _on_build)
+        del module.__dict__["_initialize_hook"]
+        module.__dict__.pop("_infer_parameters", None)
+    # (nn.Module's hook dicts: the handles would point at another module's dicts after a
+    # deepcopy, so the hooks are found by their mark.)
+    for key in [k for k, h in module._forward_pre_hooks.items() if _marked(h)]:
+        del module._forward_pre_hooks[key]
+        module._forward_pre_hooks_with_kwargs.pop(key, None)
+    for key in [k for k, h in module._load_state_dict_pre_hooks.items() if _marked(h)]:
+        del module._load_state_dict_pre_hooks[key]  # (torch's wrapper copies the mark)
+
+
+def _marked(hook: Any) -> bool:
+    return bool(getattr(hook, "_lazynn_queue_hook", False))
+
+
+def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
+    """Run the queued functions of ``scope`` and its submodules whose module is ready (of
+    those, ``only`` these if given).
+
+    Atomic: if one fails, the due modules' tensors and structure are put back as they were
+    and the failed function and those after it stay queued. The functions are taken off their
+    queues before they run: one may call the model (its queue is not run again), or build
+    another model, whose own queue then runs as usual.
+    """
+    with BUILD_LOCK:
+        found = [(m, e) for m, e in due(scope) if (only is None or e in only) and ready(m)]
+        if not found:
+            return
+        modules = list({id(m): m for m, _ in found}.values())
+        snapshots = [Snapshot(m) for m in modules]
+        backup = {
+            id(t): (t, t.detach().clone())
+            for m in modules
+            for sub in m.modules()
+            for t in own_tensors(sub)
+            if not is_placeholder(t) and not t.is_meta
+        }
+        for module in modules:  # taken off first: a queued function may call the model
+            queue = _queue(module)
+            assert queue is not None
+            gone = [e for m, e in found if m is module]
+            left = tuple(e for e in queue.entries if e not in gone)
+            module.__dict__[KEY] = replace(queue, entries=left, running=True)
+        try:
+            for module, entry in found:
+                entry.fn(module)
+        except BaseException:
+            for snapshot in snapshots:
+                snapshot.restore()  # structure, and the queues as they were
+            with torch.no_grad():
+                for tensor, value in backup.values():
+                    if tensor.shape == value.shape and tensor.dtype == value.dtype:
+                        tensor.copy_(value)
+                    else:
+                        tensor.data = value
+            raise
+        for module in modules:  # done: a queue emptied takes its hooks off
+            queue = _queue(module)
+            if queue is not None and queue.entries:
+                module.__dict__[KEY] = replace(queue, running=False)
+            elif queue is not None:
+                _drop(module)

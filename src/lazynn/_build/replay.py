@@ -1,0 +1,232 @@
+"""The replay plan: how ``build`` reproduces an eager model's random stream.
+
+An eager model draws every layer's numbers at construction, in construction order. A mixed
+model's eager layers drew theirs while the lazy ones drew nothing, so from the first lazy
+layer on they hold numbers from the wrong place in the stream. If nothing drew random
+numbers between the model's construction and the build (the generator is exactly where
+replaying the mixed construction from the first lazy layer's recorded state ends), the build
+replays: generator set back to that state, every layer initialized in construction order. An
+eager layer is re-initialized only if it still holds its constructed values and has a
+``reset_parameters()``; from the first one that cannot be replayed on, later eager layers keep
+their values (with a warning).
+
+:func:`plan` decides all this before anything changes, and returns a frozen :class:`Plan`.
+
+>>> import torch, lazynn
+>>> model = torch.nn.Sequential(lazynn.LazyLinear(2), torch.nn.Linear(2, 2))
+>>> chosen = plan(list(model.named_modules()), {model[0]}, None, torch.get_rng_state())
+>>> chosen.start is not None, chosen.replay == frozenset({model[1]}), chosen.notes
+(True, True, ())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._module.state import find_state
+from .._module.tensors import is_placeholder, own_slots, own_tensors
+from .writes import Writes
+
+__all__ = ["Plan", "plan", "reset_of", "scratch_init"]
+
+
+def reset_of(module: nn.Module) -> Any:
+    """The module's ``reset_parameters``, or None."""
+    reset = getattr(module, "reset_parameters", None)
+    return reset if callable(reset) else None
+
+
+def scratch_init(module: nn.Module, writes: Writes | None = None) -> nn.Module:
+    """A copy of ``module`` re-initialized by its ``reset_parameters()`` (draws its numbers);
+    ``writes`` records what the initializer writes."""
+    twin: Any = copy.deepcopy(module)
+    with writes if writes is not None else contextlib.nullcontext():
+        twin.reset_parameters()
+    return twin  # type: ignore[no-any-return]
+
+
+def _written(twin: nn.Module, writes: Writes) -> frozenset[str]:
+    """The names of ``twin``'s own tensors its initializer wrote."""
+    return frozenset(name for _, name, t in own_slots(twin) if writes.wrote(t))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How each eager layer after the first lazy one is treated (see the module doc)."""
+
+    #: the generator state to initialize from (the first lazy layer's construction), or None:
+    #: draw from the current state
+    start: torch.Tensor | None = None
+    #: eager layers re-initialized in construction order
+    replay: frozenset[nn.Module] = frozenset()
+    #: eager layers kept as they are, whose construction's draws are replayed (on a scratch
+    #: copy) to keep the stream aligned: tied weights, and layers the user changed
+    tied: frozenset[nn.Module] = frozenset()
+    #: of ``tied``, those whose own untied tensors are re-initialized in place, as the eager
+    #: construction draws them (a head tied to an embedding, with its own bias)
+    retied: frozenset[nn.Module] = frozenset()
+    #: replayed (and retied) layers -> the names of their own tensors their initializer
+    #: writes: ``build(device="meta")`` moves only these to meta, the others keep their values
+    written: Mapping[nn.Module, frozenset[str]] = field(default_factory=dict)
+    #: why the model may differ from an eager one, for a warning
+    notes: tuple[str, ...] = ()
+
+
+def plan(
+    order: list[tuple[str, nn.Module]],
+    lazy: set[nn.Module],
+    device: torch.device | None,
+    now: torch.Tensor,
+) -> Plan:
+    """The plan for a model whose modules, in registration order, are ``order``, whose lazy
+    layers are ``lazy``, built on ``device``, with the generator now at ``now``."""
+    first = next((i for i, (_, m) in enumerate(order) if m in lazy), None)
+    if first is None:
+        return Plan()
+    eager_after = [
+        (p, m)
+        for p, m in order[first + 1 :]
+        if m not in lazy
+        and own_tensors(m)
+        and not any(is_placeholder(t) for t in own_tensors(m))  # inside a lazy layer
+    ]
+    path, layer = order[first]
+    state = find_state(layer)
+    declared = state.device if state is not None else None
+    if device is not None and device.type not in ("cpu", "meta"):
+        return Plan()  # another generator: draw from its current state
+    if declared is not None and declared.type != "cpu" and device is None:
+        return Plan()
+    if state is None or state.rng is None:
+        notes: tuple[str, ...] = ()
+        if eager_after:
+            notes = (
+                f"the first lazy layer, '{path}', is torch's own (it records no "
+                "construction state), so the eager layers after it keep their values and "
+                "the model is not reproducible as an eager one: use lazynn's layers",
+            )
+        return Plan(notes=notes)
+    owned = {id(t) for _, m in order[: first + 1] for t in own_tensors(m)}
+    stream = _Stream(owned)
+    end = stream.replay(state.rng, eager_after)
+    # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
+    if stream.stopped is None and not torch.equal(end, now):
+        return Plan(tied=frozenset(stream.tied), notes=(_drift_note(order, path),))
+    return Plan(
+        state.rng,
+        frozenset(stream.replay_set),
+        frozenset(stream.tied),
+        frozenset(stream.retied),
+        stream.written,
+        tuple(stream.notes),
+    )
+
+
+class _Stream:
+    """The replay of the eager layers' construction draws from the first lazy layer's state,
+    on scratch copies (see :func:`plan`): which layers replay, which are tied or changed,
+    what each initializer writes, and where the stream ends. The generator is left as it was.
+    """
+
+    def __init__(self, owned: set[int]) -> None:
+        #: ids of the tensors of the modules before (a tensor seen again is a tie)
+        self.owned = owned
+        self.replay_set: set[nn.Module] = set()
+        self.tied: set[nn.Module] = set()
+        self.retied: set[nn.Module] = set()
+        self.written: dict[nn.Module, frozenset[str]] = {}
+        self.notes: list[str] = []
+        #: the first layer that cannot be replayed (no reset_parameters), or None
+        self.stopped: str | None = None
+
+    def replay(self, start: torch.Tensor, eager_after: list[tuple[str, nn.Module]]) -> torch.Tensor:
+        saved = torch.get_rng_state()
+        try:
+            torch.set_rng_state(start)
+            for path, module in eager_after:
+                self.one(path, module)
+            end = torch.get_rng_state()
+        finally:
+            torch.set_rng_state(saved)
+        if self.stopped is not None:
+            self.notes.append(
+                f"'{self.stopped}' initializes outside reset_parameters() (or has none): from "
+                "it on, eager layers keep their constructed values and may differ from an eager "
+                "model; lazynn.build(Net, example) (the factory form) constructs it exactly"
+            )
+        return end
+
+    def one(self, path: str, module: nn.Module) -> None:
+        tensors = own_tensors(module)
+        tied = any(id(t) in self.owned for t in tensors)
+        if (tied or self.stopped is None) and reset_of(module) is not None:
+            writes = Writes()
+            twin = scratch_init(module, writes)
+            mine = [
+                (a, b)
+                for a, b in zip(own_tensors(twin), tensors, strict=True)
+                if id(b) not in self.owned and not a.is_meta and not b.is_meta
+            ]
+            same = all(torch.equal(a, b) for a, b in mine)
+            if same and (not tied or self.stopped is None):
+                self.written[module] = _written(twin, writes)
+                (self.retied if tied else self.replay_set).add(module)
+            if tied or not same:  # changed by the user: kept, but the stream advances past it
+                self.tied.add(module)
+            if not same:
+                self.notes.append(
+                    f"kept the values of '{path}': they were changed after construction, so "
+                    "it was not re-initialized in construction order"
+                )
+        elif not tied and self.stopped is None:
+            self.stopped = path
+        self.owned.update(id(t) for t in tensors)
+
+
+def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
+    """Why the generator is not where replaying the construction ends, for the warning.
+
+    A module enclosing the first lazy layer (``first``) may have drawn numbers for tensors of
+    its own in its ``__init__`` after constructing that layer (a ViT's ``cls_token``): draws
+    lazynn cannot replay, since no ``reset_parameters()`` makes them. Name those tensors.
+    """
+    enclosing = [
+        (path, module)
+        for path, module in order
+        if (not path or first.startswith(path + ".")) and own_tensors(module)
+    ]
+    named = [
+        f"'{f'{path}.{name}' if path else name}'"
+        for path, module in enclosing
+        for store, name, tensor in own_slots(module)
+        if store is module._parameters  # (buffers are mostly deterministic: zeros, ones)
+        and not is_placeholder(tensor)
+        and tensor.is_floating_point()
+    ]
+    effect = (
+        "the lazy layers are initialized from the current random state (as a first call "
+        "would) and the eager ones keep their values, so the model differs from an eager one"
+    )
+    if named:
+        return (
+            f"the generator is not where replaying the model's construction ends: "
+            f"{', '.join(named[:4])}{' ...' if len(named) > 4 else ''} (tensors a module "
+            f"creates in its own __init__, around the lazy layer '{first}') may have drawn "
+            "random numbers after that layer was constructed, which lazynn cannot replay, or "
+            f"numbers were drawn between constructing the model and build(): {effect}; for an "
+            "exact eager twin, construct the model with lazynn.build(Net, example) (the "
+            "factory form: it runs your __init__ with every size known), or create such "
+            "tensors before the first lazy layer in __init__"
+        )
+    return (
+        "random numbers were drawn between constructing the model and build(): "
+        f"{effect}; for an exact eager twin, seed, construct, then build, or construct it with "
+        "lazynn.build(Net, example) (the factory form)"
+    )

@@ -1,0 +1,268 @@
+"""The command line: ``lazynn summary TARGET --input 1x3x224x224`` (or ``python -m lazynn``).
+
+``TARGET`` names a model factory: ``FILE.py:NAME`` (a function or class in a Python file) or
+``package.module:NAME`` (in an importable module), optionally with literal arguments in
+Python call syntax, ``FILE.py:NAME(2, width=64)``. The factory is called on the meta device,
+so even a 70B-parameter model costs no memory; the summary is computed on meta too. Errors
+print one line (what, where, the fix, naming this command's flags; ``_fixes``) and exit with
+status 2, no traceback (``--traceback`` prints it before the line). What the user's code
+prints goes to stderr: stdout holds the summary alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+
+from .._errors import LazynnError, first_line
+from .._summary.memory import optimizer_class, supported_optimizers
+from .._summary.summary import summary
+from .fixes import cli_fix, one_line, user_line
+from .shapes import check_bytes, model_dtype, parse_input
+from .targets import CommandError, construct, load_factory, parse_target
+
+__all__ = ["console", "main"]
+
+_USAGE_EXAMPLE = "lazynn summary examples/models.py:resnet50 --input 1x3x224x224"
+#: --format's choices
+_FORMATS = ("table", "markdown", "json")
+
+
+def _version() -> str:
+    """What --version prints: lazynn's version and torch's."""
+    try:  # (as lazynn.__version__: the installed distribution's)
+        version = metadata.version("lazynn")
+    except metadata.PackageNotFoundError:
+        version = "0+unknown"
+    return f"lazynn {version} (torch {torch.__version__})"
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line's arguments, with their help texts."""
+    parser = argparse.ArgumentParser(
+        prog="lazynn" if Path(sys.argv[0]).stem == "lazynn" else "python -m lazynn",
+        description="Shape-inferring (lazy) layers for PyTorch.",
+        epilog=f"example: {_USAGE_EXAMPLE}",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmd = commands.add_parser(
+        "summary",
+        help="print a model's layers, shapes and parameter counts, computed on meta",
+        description="Print the summary table of a model built from example input shapes.\n"
+        "Nothing is allocated: the model is constructed and run on the meta device.",
+        epilog="examples:\n"
+        "  lazynn summary examples/models.py:resnet50 --input 1x3x224x224\n"
+        "  lazynn summary 'examples/models.py:lazy_llama(2, 64, 4, 128, 1000)' "
+        "--input 1x16:long\n"
+        "  lazynn summary examples.models:gpt2_medium --input 1x1024:long\n"
+        "  lazynn summary lm.py:LanguageModel --input 4x16:long --input '(2x4x32, 2x4x32)'\n"
+        "      (a forward(tokens, state) whose state is a tuple (h0, c0): a parenthesized\n"
+        "      group of shapes is a tuple argument)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument(
+        "target",
+        metavar="TARGET",
+        help="the model's factory: FILE.py:NAME (a function or class the Python file defines, "
+        "or an attribute of one, Net.from_config; not a name it imports) or MODULE:NAME (in "
+        "an importable module such as pkg.models), called with no arguments, "
+        "or with literal arguments in Python call syntax: 'FILE.py:NAME(2, width=64)' "
+        "(quote it for the shell)",
+    )
+    cmd.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="SHAPE[:DTYPE]",
+        help="an example input shape such as 1x3x224x224, or 1x1024:long for token ids "
+        "(without a dtype: the model's, see --dtype); repeat for several inputs, in the "
+        "order of forward's arguments; a tuple argument is a parenthesized group of them, "
+        "'(2x4x32, 2x4x32)' (quote it for the shell; groups nest)",
+    )
+    cmd.add_argument(
+        "--dtype",
+        default=None,
+        help="the model's dtype: float32, float64, float16 or bfloat16 (what torch takes as "
+        "the default dtype, set while the model is constructed and summarized; default: "
+        "float32)",
+    )
+    cmd.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on an error, print the full traceback (the original exception, then what "
+        "lazynn made of it) before the one-line message",
+    )
+    view = cmd.add_argument_group("the view")
+    view.add_argument(
+        "--depth",
+        type=_count(0),
+        default=None,
+        metavar="N",
+        help="show modules down to nesting level N (0: the model alone; default: the "
+        "deepest level whose table fits a screen)",
+    )
+    view.add_argument(
+        "--expand",
+        action="store_true",
+        help="show every repeated block (default: one row for a run of identical "
+        "consecutive blocks)",
+    )
+    view.add_argument(
+        "--format",
+        choices=_FORMATS,
+        default="table",
+        help="table (text, the default), markdown, or json (for scripts: every module, "
+        "each block and every depth, with every figure; --depth and --width are for the "
+        "tables)",
+    )
+    view.add_argument(
+        "--width",
+        type=_count(0),
+        default=None,
+        metavar="N",
+        help="the text table's widest line, in characters (long names and shapes are cut "
+        "with ..., each column keeping 12; default: 100; 0: no limit)",
+    )
+    run = cmd.add_argument_group("the run")
+    run.add_argument(
+        "--eval",
+        action="store_true",
+        help="run the example in eval mode (default: train mode, as a first training step)",
+    )
+    run.add_argument(
+        "--training",
+        action="store_true",
+        help="add an estimate of one training step's memory: parameters, gradients, "
+        "optimizer states, activations",
+    )
+    run.add_argument(
+        "--optimizer",
+        default=None,
+        metavar="NAME",
+        help="the optimizer of the --training estimate, a torch.optim name in any case: "
+        + ", ".join(supported_optimizers())
+        + " (default: adamw; not lbfgs, which needs a closure, nor sparseadam, which needs "
+        "sparse gradients); implies --training",
+    )
+    return parser
+
+
+def _count(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, received {text!r}")
+        return value
+
+    return parse
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def _check_view(args: argparse.Namespace) -> None:
+    """Refuse view flags the chosen format has no use for (rather than ignore them)."""
+    if args.format == "json" and args.depth is not None:
+        raise CommandError(
+            "--depth with --format json: the JSON lists every module, at every depth (each "
+            "row's path says how deep it is), with every figure. Fix: drop --depth, or use "
+            "--format table or markdown"
+        )
+    if args.format != "table" and args.width is not None:
+        raise CommandError(
+            f"--width with --format {args.format}: --width cuts the text table's lines, and "
+            f"{args.format} is not cut. Fix: drop --width, or use --format table"
+        )
+
+
+def _check_optimizer(name: str | None) -> None:
+    """Refuse an --optimizer the estimate cannot use, before anything runs."""
+    if name is not None:
+        try:
+            optimizer_class(name)
+        except LazynnError as error:
+            raise CommandError(cli_fix(str(error), ())) from error
+
+
+def _summary(args: argparse.Namespace) -> str:
+    """The ``summary`` command: what it prints. The user's code (their file, factory and
+    forward) prints to stderr, so that stdout holds the summary alone (valid JSON)."""
+    inputs = [parse_input(text) for text in args.input]
+    target = parse_target(args.target)
+    dtype = model_dtype(args.dtype)
+    _check_view(args)
+    _check_optimizer(args.optimizer)
+    check_bytes([i.value for i in inputs], dtype or torch.get_default_dtype())
+    leaves = [leaf for i in inputs for leaf in i.leaves]
+    previous = torch.get_default_dtype()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            factory = load_factory(target)
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            model = construct(target, factory)
+            result = summary(
+                model,
+                *(i.value for i in inputs),
+                mode="eval" if args.eval else "train",
+                training=args.training or args.optimizer is not None,  # --optimizer implies it
+                optimizer=args.optimizer or "adamw",
+            )
+    except LazynnError as error:
+        raise CommandError(cli_fix(str(error), leaves)) from error
+    except CommandError:
+        raise
+    except Exception as error:  # e.g. a shape too large for torch to describe
+        raise CommandError(f"{type(error).__name__}: {first_line(error)}") from error
+    finally:
+        torch.set_default_dtype(previous)
+    return result.render(
+        format=args.format,
+        depth=args.depth,
+        expand=args.expand,
+        width=100 if args.width is None else args.width or None,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0, or 2 on an error)."""
+    args = _parser().parse_args(argv)
+    try:
+        print(_summary(args))
+    except (CommandError, LazynnError) as error:
+        if args.traceback:  # the original exception and what lazynn made of it
+            traceback.print_exception(error)
+        print(f"lazynn: error: {one_line(error, hint=not args.traceback)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+    except KeyboardInterrupt:
+        print("lazynn: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exit_:  # the user's file or model called sys.exit()
+        if args.traceback:
+            traceback.print_exception(exit_)
+        where = user_line(exit_)
+        at = f", at {where}" if where else ""
+        print(f"lazynn: error: {args.target} exited ({exit_.code}{at})", file=sys.stderr)
+        return 2
+    return 0
+
+
+def console() -> NoReturn:
+    """The ``lazynn`` console script (``[project.scripts]``)."""
+    sys.exit(main())

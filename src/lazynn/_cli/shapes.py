@@ -1,0 +1,195 @@
+"""The command line's example inputs and dtypes, read from ``--input`` and ``--dtype``.
+
+An ``--input`` value is a shape with an optional dtype, ``1x3x224x224`` or ``1x16:long``, or a
+parenthesized, comma-separated group of such values, which becomes a tuple argument (nesting
+allowed): ``(2x4x32, 2x4x32)`` for an LSTM's ``(h0, c0)``. Dtype names are checked here, with
+a suggestion for a near miss, so that no unknown name (and no warning) reaches torch.
+
+>>> parse_input("4x16:long")
+Input(value=Spec(shape=(4, 16), dtype=torch.int64), leaves=(('4x16:long', 'long'),))
+>>> parse_input("(2x4x32, 2x4x32)").value
+(Spec(shape=(2, 4, 32), dtype=None), Spec(shape=(2, 4, 32), dtype=None))
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .._errors import InferenceError
+from .._rehearsal.spec import Spec
+from .targets import CommandError
+
+__all__ = ["MODEL_DTYPES", "Input", "check_bytes", "model_dtype", "parse_input"]
+
+#: what ``--dtype`` takes: the dtypes torch.set_default_dtype takes, and their aliases
+MODEL_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+_MODEL_DTYPES_TEXT = "float32 (float), float64 (double), float16 (half), bfloat16"
+#: the usual input dtype names, listed by an error (any torch dtype name is taken)
+_USUAL = "float32, float16, bfloat16, float64, long (int64), int32, int8, uint8, bool"
+_QUANTIZED = (torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4)
+#: how deeply groups may nest: an argument of tuples of tuples is deep already
+_MAX_NESTING = 8
+
+
+@functools.cache
+def _dtype_names() -> dict[str, torch.dtype]:
+    """Every name torch has for a dtype (``float16``, ``half``...), looked up without letting
+    a warning of torch's out."""
+    names = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in dir(torch):
+            value = getattr(torch, name, None)
+            if isinstance(value, torch.dtype) and not name.startswith("_"):
+                names[name] = value
+    return names
+
+
+def _near_miss(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name.lower(), names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def model_dtype(name: str | None) -> torch.dtype | None:
+    """The ``--dtype`` value: a dtype torch can make the default (``torch.set_default_dtype``
+    takes float32, float64, float16 and bfloat16 only), or None."""
+    if name is None:
+        return None
+    if name in MODEL_DTYPES:
+        return MODEL_DTYPES[name]
+    known = _dtype_names().get(name)
+    why = ""
+    if known is not None:  # a torch dtype, but not one a model can be constructed in
+        why = (
+            f" ({name} is a torch dtype, but torch.set_default_dtype, which --dtype sets, takes "
+            "only these floating-point ones)"
+        )
+    raise CommandError(
+        f"--dtype: expected one of {_MODEL_DTYPES_TEXT}, received {name!r}{why}"
+        + (_near_miss(name, list(MODEL_DTYPES)) if known is None else "")
+    )
+
+
+def _input_dtype(name: str, text: str) -> torch.dtype:
+    """The dtype after the colon of ``--input text``."""
+    dtype = _dtype_names().get(name)
+    if dtype is None:
+        raise CommandError(
+            f"--input {text!r}: expected a torch dtype name after ':' ({_USUAL}...), received "
+            f"{name!r}" + _near_miss(name, list(_dtype_names()))
+        )
+    if dtype in _QUANTIZED:
+        raise CommandError(
+            f"--input {text!r}: quantized dtypes ({name}) are not supported: torch deprecates "
+            "quantized tensors, and a quantized model takes float input (its QuantStub "
+            f"quantizes it). Fix: drop ':{name}' from --input"
+        )
+    return dtype
+
+
+@dataclass(frozen=True)
+class Input:
+    """One ``--input`` value: a Spec or a tuple of them (nested), and its leaves' texts with
+    their dtype names (for the fixes that name them)."""
+
+    value: Any
+    leaves: tuple[tuple[str, str], ...]
+
+
+def _leaf(text: str, whole: str) -> tuple[Spec, tuple[str, str]]:
+    """One ``SHAPE[:DTYPE]`` of the --input value ``whole``: its Spec, its text and dtype name."""
+    shape, _, dtype = text.strip().partition(":")
+    if not shape.strip():
+        raise CommandError(f"--input {whole!r}: expected a shape such as 2x3, received {text!r}")
+    resolved = _input_dtype(dtype.strip(), text.strip()) if dtype else None
+    try:
+        spec = Spec.parse(shape.strip())
+    except InferenceError as error:
+        raise CommandError(str(error).replace("--input:", f"--input {whole!r}:", 1)) from error
+    return Spec(spec.shape, resolved), (text.strip(), dtype.strip())
+
+
+def parse_input(text: str) -> Input:
+    """An ``--input`` value: ``SHAPE[:DTYPE]``, or ``(ITEM, ITEM...)`` for a tuple, as in
+    Python (``(2x3,)`` is a 1-tuple, ``(2x3)`` is 2x3), read without recursion."""
+    if not text.lstrip().startswith("("):  # a shape (its dimensions may be split by commas)
+        spec, leaf = _leaf(text, text)
+        return Input(spec, (leaf,))
+
+    def refuse(what: str) -> CommandError:
+        return CommandError(
+            f"--input {text!r}: {what}; a group is written (2x4x32, 2x4x32), items separated "
+            "by commas, nested groups allowed"
+        )
+
+    leaves: list[tuple[str, str]] = []
+    stack: list[list[Any]] = [[]]
+    commas = [False]  # whether each open group has a comma (a tuple, as in Python)
+    last = ""  # the last item read: "", "(", ")", "," or "shape"
+    for token in re.split(r"([(),])", text):
+        if token not in ("(", ")", ","):
+            if token.strip():
+                if last in (")", "shape") or len(stack) == 1:
+                    raise refuse(f"expected ',' or ')' before {token.strip()!r}")
+                spec, leaf = _leaf(token, text)
+                stack[-1].append(spec)
+                leaves.append(leaf)
+                last = "shape"
+            continue
+        if token == "(":
+            if last in (")", "shape") or (len(stack) == 1 and stack[0]):
+                raise refuse("expected ',' before '('")
+            if len(stack) > _MAX_NESTING:
+                raise refuse(f"expected groups nested {_MAX_NESTING} deep at most")
+            stack.append([])
+            commas.append(False)
+        elif len(stack) == 1:
+            raise refuse(f"a {token!r} outside the parentheses (one --input per argument)")
+        elif token == "," and last not in (")", "shape"):
+            raise refuse("expected a shape or a group before ','")
+        elif token == ",":
+            commas[-1] = True
+        else:
+            group, comma = stack.pop(), commas.pop()
+            stack[-1].append(group[0] if len(group) == 1 and not comma else tuple(group))
+        last = token
+    if len(stack) > 1:
+        raise refuse("a '(' is not closed by a ')'")
+    return Input(stack[0][0], tuple(leaves))
+
+
+def check_bytes(specs: list[Any], default: torch.dtype) -> None:
+    """Refuse an input whose bytes torch cannot count (``numel * itemsize`` of 2**63 or more:
+    torch's "Storage size calculation overflowed")."""
+    for spec in _flat(specs):
+        sizes = [d for d in spec.shape if isinstance(d, int)]
+        itemsize = (spec.dtype or default).itemsize
+        if math.prod(sizes) * itemsize >= 2**63:
+            shape = "x".join(map(str, spec.shape))
+            raise CommandError(
+                f"--input: expected shapes whose bytes are below 2**63 (torch counts bytes in "
+                f"int64), received {shape} of {itemsize}-byte elements, "
+                f"{math.prod(sizes) * itemsize:.3g} bytes. Fix: give smaller dimensions"
+            )
+
+
+def _flat(value: Any) -> list[Spec]:
+    if isinstance(value, Spec):
+        return [value]
+    return [s for v in value for s in _flat(v)] if isinstance(value, (tuple, list)) else []

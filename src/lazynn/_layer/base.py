@@ -1,0 +1,494 @@
+"""Declarative lazy layers: an eager class, plus where its inferred sizes come from.
+
+A lazy layer is a few lines::
+
+    class LazyLinear(LazyLayer, nn.Linear):
+        cls_to_become = nn.Linear
+        inferred = {"in_features": Infer(dim=-1)}
+
+        def __init__(self, out_features, bias=True, device=None, dtype=None):
+            self._lazynn_setup(out_features=out_features, bias=bias, device=device, dtype=dtype)
+
+``LazyLayer`` does the rest, the same way for every layer:
+
+* construction runs the eager ``__init__`` on the meta device with a probe size, so the lazy
+  module has every attribute of the eager one and one placeholder per parameter and buffer
+  (with the eager dtype), and consumes no random numbers;
+* the first call reads the sizes from the inputs, checks them (rank, dtype, and a forward of
+  the eager layer on meta tensors, so a kernel larger than the input is caught), then
+  constructs the eager layer for real, exactly as ``nn.Linear(in, out)`` would, under the
+  current RNG, and moves its tensors into the placeholders (same Python objects);
+* a built checkpoint builds an unbuilt layer: sizes are solved from the tensor shapes, and
+  every shape is checked against what the layer already knows.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from .._errors import (
+    AmbiguousInputWarning,
+    InferenceError,
+    LazynnError,
+    message,
+    module_path,
+)
+from .._module.callers import under_dynamo, untraced
+from .._module.deferred import Init, inits_of
+from .._module.deferred import run as run_inits
+from .._module.mixin import LazyModuleMixin, finish, in_build, is_unbuilt, rehearsing, warn_built
+from .._module.placeholder import fill
+from .._module.snapshot import RandomState
+from .._module.state import LazyState, context, lazy_state
+from .._module.tensors import is_placeholder, raw
+from .checkpoint import checked_layout, solve_sizes
+from .construct import (
+    MODULE_KEYS,
+    Slot,
+    allocate_empty,
+    forward_names,
+    key_text,
+    match_dtypes,
+    new,
+    slots,
+)
+from .infer import CLASS_KEY, Infer, ambiguity
+from .inputs import (
+    argument,
+    check_input,
+    construct_checked,
+    forward_error,
+    read_sizes,
+    run_on_meta,
+    substitute_error,
+)
+from .layout import lay_out
+
+__all__ = ["LazyLayer"]
+
+#: initializations written on placeholders, each with the tensor it fills (``_deferred``)
+Pending = list[tuple[Init, torch.Tensor]]
+
+#: a placeholder's attribute: the tensor a build put in its place on another device type
+_REPLACED = "_lazynn_replaced_by"
+
+
+class LazyLayer(LazyModuleMixin):
+    """Base of lazy layers declared by ``cls_to_become`` and ``inferred`` (see module doc).
+
+    Class attributes:
+        cls_to_become: the eager ``nn.Module`` class the layer becomes.
+        inferred: constructor argument name -> :class:`Infer`.
+        mixed_precision_input: whether a float16/bfloat16 input may meet float32 parameters
+            (as torch's norm layers allow). Default: ``False``: the input's dtype must equal
+            the parameters' (as ``nn.Linear`` and convolutions require).
+    """
+
+    cls_to_become: type[nn.Module]  # type: ignore[assignment]
+    inferred: ClassVar[Mapping[str, Infer]]
+    mixed_precision_input: ClassVar[bool] = False
+    #: whether any floating input dtype is accepted (nn.RMSNorm computes mixed dtypes)
+    any_float_input: ClassVar[bool] = False
+    #: buffers whose shape no input decides and whose eager value is zero
+    #: (``num_batches_tracked``): real tensors before the build, not placeholders
+    known_buffers: ClassVar[frozenset[str]] = frozenset()
+
+    #: what the layer knows before its build (deleted by the build)
+    _lazynn: LazyState
+
+    # --- construction ---------------------------------------------------------------------
+    def _lazynn_setup(self, **kwargs: Any) -> None:
+        """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders
+        (in a factory's run, see ``_layout``)."""
+        held = [
+            k
+            for k, v in kwargs.items()
+            if isinstance(v, nn.Module) and any(True for _ in (*v.parameters(), *v.buffers()))
+        ]
+        if held:
+            # The layout would hold the user's module: its tensors would become placeholders
+            # and the eager constructor (nn.Transformer's _reset_parameters) would rewrite it.
+            raise LazynnError(
+                message(
+                    type(self).__name__,
+                    "constructor arguments that hold no parameters (a lazy layer lays out "
+                    "everything it holds before it knows its sizes)",
+                    "modules with parameters for " + ", ".join(held),
+                    f"construct nn.{self.cls_to_become.__name__} with the sizes written out "
+                    "when you bring your own modules; keep lazy layers inside your modules "
+                    "instead",
+                )
+            )
+        specs = self._lazynn_specs() if "_lazynn" in self.__dict__ else self.inferred
+        # (by Python under a compiled function too: dynamo models the layout's dicts as plain)
+        untraced(lay_out)(self, self.cls_to_become, specs, self.known_buffers, kwargs)
+
+    def _lazynn_construct(self, sizes: Mapping[str, int], device: torch.device | str) -> nn.Module:
+        """The eager layer with these sizes (``device="meta"``: shapes only, no RNG)."""
+        return new(self.cls_to_become, {**self._lazynn.kwargs, **sizes}, device, self._lazynn.dtype)
+
+    def _lazynn_slots(self) -> Iterator[tuple[Slot, torch.Tensor]]:
+        """((module path, tensor name), placeholder) for every parameter and buffer.
+
+        The placeholders made at construction, even while ``torch.func.functional_call``
+        has put other tensors in their place.
+        """
+        # (a layer without submodules, the common case, needs no walk)
+        modules = dict(self.named_modules()) if self._modules else {"": self}
+        record = self._lazynn.placeholders
+        for (prefix, name), tensor in record.items():
+            module = modules[prefix]
+            installed = module._parameters.get(name, module._buffers.get(name))
+            if installed is None:
+                installed = getattr(module, name)
+            if installed is not tensor and is_placeholder(installed):
+                # A move replaced the placeholder (`.to("meta")` can't change a tensor's
+                # device in place, so nn.Module._apply installs a new one): follow it.
+                record[(prefix, name)] = tensor = installed
+            yield (prefix, name), tensor
+
+    def __copy__(self) -> LazyLayer:
+        new = super().__copy__()
+        if is_unbuilt(self):  # type: ignore[arg-type]
+            # The submodules hold this layer's placeholders: a copy that builds on its own
+            # needs its own (a built layer's copy shares them, as torch's does).
+            for name, child in self._modules.items():
+                new._modules[name] = copy.deepcopy(child)
+        installed = slots(new)
+        lazy_state(new).placeholders = {
+            key: installed[key] for key in self._lazynn.placeholders if key in installed
+        }
+        return new  # type: ignore[return-value]
+
+    # --- building from inputs -------------------------------------------------------------
+    def _lazynn_specs(self) -> Mapping[str, Infer]:
+        """The inferred arguments: the class's ``inferred``, or this instance's own."""
+        own = self._lazynn.specs
+        return own if own is not None else self.inferred
+
+    def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The inferred sizes a call's inputs give (recorded for a rehearsal in progress)."""
+        names = forward_names(self.cls_to_become)  # type: ignore[arg-type]
+        specs = self._lazynn_specs()
+        sizes = read_sizes(self, specs, names, args, kwargs)  # type: ignore[arg-type]
+        note = next(
+            (
+                text
+                for name, spec in specs.items()
+                if isinstance(value := argument(names, spec.arg, args, kwargs), torch.Tensor)
+                and (text := ambiguity(spec, value.shape, name)) is not None
+            ),
+            None,
+        )
+        rehearsal = context().rehearsal
+        if rehearsal is not None:
+            # The rehearsal's record of what this layer read (and, for a rank-agnostic layer,
+            # which class it chose), and why it may not be what was meant: the build warns
+            chosen = self.__dict__.get("cls_to_become")
+            rehearsal.sizes[id(self)] = sizes if chosen is None else {**sizes, CLASS_KEY: chosen}
+            if note is not None:
+                rehearsal.notes[id(self)] = note
+        elif note is not None:
+            where = module_path(self)  # type: ignore[arg-type]
+            warn_built(AmbiguousInputWarning(f"{where} {note}"), stacklevel=4)
+        return sizes
+
+    def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The inputs are on the device and of the dtype of the placeholders still in place."""
+        installed = slots(self)
+        check_input(
+            self,  # type: ignore[arg-type]
+            self._lazynn_specs(),
+            forward_names(self.cls_to_become),  # type: ignore[arg-type]
+            (t for k, t in self._lazynn_slots() if is_placeholder(t) and installed.get(k) is t),
+            args,
+            kwargs,
+            mixed_precision=self.mixed_precision_input,
+            any_float=self.any_float_input,
+        )
+
+    def _lazynn_shadow(self, sizes: Mapping[str, Any]) -> nn.Module:
+        """The eager layer with ``sizes`` on meta, with the placeholders' (moved) dtypes."""
+        shadow = self._lazynn_construct(sizes, "meta")
+        match_dtypes(shadow, self._lazynn_slots())
+        return shadow
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """Read the sizes from example inputs, check them, and build the layer.
+
+        Builds without running the forward, as torch's ``initialize_parameters`` does; called
+        directly, it builds completely (class swap included), as a first call would.
+        """
+        if not in_build():
+            self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
+            return
+        sizes = self._lazynn_read_sizes(args, kwargs)
+        self._lazynn_check_dtype(args, kwargs)
+        on_meta = all(raw(t).is_meta for _, t in self._lazynn_slots() if is_placeholder(t))
+        source = None
+        if on_meta and rehearsing():
+            # The rehearsal runs this layer's forward right after, and restores everything
+            # if it fails: checking on meta first would only run the forward twice.
+            shadow = source = self._lazynn_shadow(sizes)
+        elif on_meta or under_dynamo():
+            # No real forward follows to check the input (dynamo builds, then traces; a layer
+            # on meta has no values): the eager layer runs on meta first. (dynamo and sympy
+            # are imported on these paths already, so this costs nothing new.)
+            shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)  # type: ignore[arg-type]
+            source = shadow if on_meta else None
+        else:
+            # The first call: the layer is constructed for real, and the forward that follows
+            # is the check; if it fails, LazyModuleMixin.__call__ undoes the build, random
+            # numbers included. No meta tensor is touched.
+            shadow = source = construct_checked(
+                self,  # type: ignore[arg-type]
+                lambda: self._lazynn_new_eager(sizes),
+                sizes,
+                args,
+                kwargs,
+            )
+        self._lazynn_check_layout(shadow, sizes)
+        run_inits(self._lazynn_build(sizes, source=source))
+
+    def _lazynn_forward_failed(
+        self, args: tuple[Any, ...], error: BaseException, name: str
+    ) -> BaseException | None:
+        """A first call's forward that refused its input: an InferenceError with the path,
+        the layer as built, the input and torch's own words. (A kernel torch lacks for this
+        dtype or device, NotImplementedError, and a warning turned error are raised as they are.)"""
+        if not isinstance(error, Exception) or isinstance(
+            error, (LazynnError, NotImplementedError, Warning)
+        ):
+            return None
+        return forward_error(self, self, args, error, name)  # type: ignore[arg-type]
+
+    def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
+        """The layer built with these sizes has the tensors the placeholders stand for.
+
+        (``nn.MultiheadAttention`` with a key size unlike the query's has other parameters.)
+        """
+        built = set(slots(shadow)) - {("", name) for name in self.known_buffers}
+        declared = set(self._lazynn.placeholders)
+        if built != declared:
+            extra = sorted(key_text(k) for k in built - declared)
+            missing = sorted(key_text(k) for k in declared - built)
+            raise InferenceError(
+                message(
+                    module_path(self),  # type: ignore[arg-type]
+                    "inputs that give the layer the parameters it was declared with ("
+                    + ", ".join(sorted(key_text(k) for k in declared))
+                    + ")",
+                    "inputs giving "
+                    + ", ".join(f"{k}={v}" for k, v in sizes.items())
+                    + f", which would add {extra} and drop {missing}",
+                    "declare those sizes in the constructor (for example kdim=, vdim=), or "
+                    "pass inputs of the declared kind",
+                )
+            )
+
+    def _lazynn_build(
+        self,
+        sizes: Mapping[str, int],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        source: nn.Module | None = None,
+    ) -> Pending:
+        """Construct the eager layer for real and move its tensors into the placeholders.
+
+        By default the layer is constructed where and as it was declared (device, dtype),
+        then each tensor is converted to its placeholder's dtype and device (as moved since).
+        ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
+        ``source`` is an already constructed eager layer to take the tensors from.
+
+        Returns the initializations written on its placeholders (``_deferred``), each with
+        the built tensor, for the caller to run: after this layer (a first call), after every
+        layer (``lazynn.build``), or not at all (a checkpoint that holds them).
+        """
+        sizes = dict(sizes)
+        chosen = sizes.pop(CLASS_KEY, None)
+        if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
+            self.__dict__["cls_to_become"] = chosen
+        placed = list(self._lazynn_slots())
+        eager = source if source is not None else self._lazynn_new_eager(sizes, device, dtype)
+        eager_modules = dict(eager.named_modules())
+        own_modules = dict(self.named_modules())
+        moves = []
+        real: dict[torch.device, dict[str, nn.Module]] = {}
+
+        def eager_value(prefix: str, name: str, held: torch.device) -> torch.Tensor:
+            value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
+            if device is None and value.is_meta and held.type != "meta":
+                # Parameters on meta and buffers not (accelerate's init_empty_weights): the
+                # buffers get the values an eager construction there gives them, drawing
+                # nothing (an eager layer under init_empty_weights draws nothing either).
+                if held not in real:
+                    saved = RandomState()  # (its draws are not the model's: put back)
+                    try:
+                        built = self._lazynn_new_eager(sizes, held, dtype)
+                        real[held] = dict(built.named_modules())
+                    finally:
+                        saved.restore()
+                value = getattr(real[held][prefix], name).detach()
+            return value
+
+        for (prefix, name), tensor in placed:  # allocate everything first, commit after
+            if not is_placeholder(tensor):
+                continue
+            value = eager_value(prefix, name, raw(tensor).device)
+            # tied to a layer whose build put a new tensor in its place: take it (the tie holds)
+            replaced = tensor.__dict__.get(_REPLACED)
+            if replaced is not None and tuple(replaced.shape) == tuple(value.shape):
+                moves.append((own_modules[prefix], name, tensor, replaced))
+                continue
+            current = getattr(own_modules[prefix], name)
+            if current is not tensor and (
+                is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
+            ):
+                path = module_path(self)  # type: ignore[arg-type]
+                raise substitute_error(path, key_text((prefix, name)), value.shape, current)
+            held = raw(tensor)
+            target_device = held.device if device is None else value.device
+            target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
+            if value.device != target_device or value.dtype != target_dtype:
+                value = value.to(device=target_device, dtype=target_dtype)
+            moves.append((own_modules[prefix], name, tensor, value))
+        # num_batches_tracked: eager's value (zero) in place, as torch's lazy norms reset it
+        # (the snapshot puts it back on a rollback); a new tensor where the build moves it
+        known: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+        for name in self.known_buffers:
+            current, built = self._buffers.get(name), eager._buffers.get(name)
+            if current is not None and built is not None and not is_placeholder(current):
+                where = current.device if device is None else built.device
+                zero = torch.zeros(built.shape, dtype=current.dtype, device=where)
+                known.append((name, current, zero))
+        for name, current, value in known:
+            if current.device == value.device and not current.is_inference():
+                with torch.no_grad():
+                    current.copy_(value)
+            else:
+                self._buffers[name] = value
+        pending: Pending = []
+        for module, name, tensor, value in moves:
+            store = module._parameters if name in module._parameters else module._buffers
+            inits = inits_of(tensor)
+            if value is tensor.__dict__.get(_REPLACED):
+                store[name] = value
+            elif raw(tensor).device.type == value.device.type:
+                fill(tensor, value)  # in place: an optimizer holding it trains it
+                value = tensor
+            else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
+                kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
+                new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
+                tensor.__dict__[_REPLACED] = value = new  # (a snapshot takes it back)
+                if store.get(name) is tensor:  # (a slot tied to a built tensor keeps it)
+                    store[name] = new
+            pending += [(init, value) for init in inits]
+        for prefix, module in eager_modules.items():
+            for key, value in module.__dict__.items():
+                if key not in MODULE_KEYS:
+                    own_modules[prefix].__dict__[key] = value
+        return pending
+
+    # --- building from a checkpoint -------------------------------------------------------
+    def _lazynn_new_eager(
+        self,
+        sizes: Mapping[str, Any],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> nn.Module:
+        """The eager layer with ``sizes``, constructed for real (drawing its numbers) on
+        ``device`` with ``dtype``; by default where (:meth:`_lazynn_where`) and as the layer
+        was declared."""
+        where = device if device is not None else self._lazynn_where()
+        # Parameters as a construction outside the mode makes them, even in a first call
+        # under torch.inference_mode() (inference tensors could not be trained).
+        with torch.inference_mode(False):
+            return new(
+                self.cls_to_become,
+                {**self._lazynn.kwargs, **sizes},
+                where,
+                dtype if dtype is not None else self._lazynn.dtype,
+            )
+
+    def _lazynn_build_from_state(
+        self, state_dict: dict[str, Any], prefix: str, assign: bool = False
+    ) -> None:
+        found: dict[tuple[str, str], torch.Size] = {}
+        tied: dict[tuple[str, str], torch.Size] = {}
+        installed = slots(self)
+        for (path, name), _ in self._lazynn_slots():
+            key = prefix + (f"{path}.{name}" if path else name)
+            value = state_dict.get(key)
+            tensor = installed.get((path, name))
+            if isinstance(value, torch.Tensor) and not is_placeholder(value):
+                found[(path, name)] = value.shape
+            elif tensor is not None and not is_placeholder(tensor):  # tied to a built one
+                tied[(path, name)] = tensor.shape  # (safetensors saves one name of a tie)
+        if found:
+            found |= tied
+        if not found:
+            return  # nothing built in the checkpoint: stay unbuilt
+        where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
+        sizes = self._lazynn_solve_sizes(found, where, prefix)
+        shadow = checked_layout(
+            lambda chosen: self._lazynn_construct(chosen, "meta"),
+            self._lazynn.kwargs,
+            sizes,
+            found,
+            where,
+            prefix,
+        )  # (the build allocates from it)
+        every = len(found) == len(self._lazynn.placeholders)
+        # A checkpoint that holds every tensor of the layer: allocated uninitialized, its
+        # values come from the checkpoint, no random number is drawn. Otherwise (strict=False,
+        # a non-persistent buffer), or when work queued with on_build runs before the values
+        # are copied (the eager program: construct, initialize, load), the layer is
+        # constructed as eager, and what the checkpoint holds overwrites it.
+        # With assign=True the checkpoint's tensors replace the layer's: nothing is allocated.
+        source = None
+        if every and not context().loading_for_queue:
+            # (assign=True: left on meta, since the checkpoint's tensors replace them)
+            source = shadow if assign else allocate_empty(shadow, self._lazynn_where())
+            for name in self.known_buffers:  # (their eager value, zero: a checkpoint written
+                known = source._buffers.get(name)  # before num_batches_tracked lacks it)
+                if known is not None and not known.is_meta:
+                    known.zero_()
+        pending = self._lazynn_build(
+            sizes, device="meta" if source is not None and assign else None, source=source
+        )
+        if source is None:  # constructed as eager: its initializations, then the values
+            run_inits(pending)
+        finish(self)
+
+    def _lazynn_where(self) -> torch.device | str:
+        """Where the layer is constructed at its build: where it was declared; on meta if its
+        placeholders were moved there; where they were moved, if it was declared on meta."""
+        devices = {raw(t).device for _, t in self._lazynn_slots() if is_placeholder(t)}
+        if any(d.type == "meta" for d in devices):
+            return "meta"
+        if self._lazynn.device.type == "meta" and devices:
+            return next(iter(devices))  # declared on meta, then to_empty(): build there
+        return self._lazynn.device
+
+    def _lazynn_shapes(self, sizes: Mapping[str, Any]) -> dict[tuple[str, str], torch.Size]:
+        """The shape of each tensor of the layer built with ``sizes`` (on meta; remembered, as
+        the checkpoint solver asks again for the same sizes)."""
+        cache = self._lazynn.shapes
+        key = (self.cls_to_become, repr(sorted(sizes.items())))
+        if key not in cache:
+            shadow = self._lazynn_construct(sizes, "meta")
+            cache[key] = {slot: t.shape for slot, t in slots(shadow).items()}
+        return cache[key]
+
+    def _lazynn_solve_sizes(
+        self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
+    ) -> dict[str, Any]:
+        """Solve each inferred size from checkpoint shapes (see ``_checkpoint``)."""
+        specs = self._lazynn_specs()
+        base = {name: spec.probe_value(self._lazynn.kwargs) for name, spec in specs.items()}
+        return solve_sizes(base, self._lazynn_shapes, found, where, prefix)

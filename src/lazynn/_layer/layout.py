@@ -1,0 +1,194 @@
+"""A lazy layer's construction: its layout of placeholders, or, in a factory's run, more.
+
+``LazyLinear(10)`` runs :func:`lay_out`, which does one of three things:
+
+* **usually**: run the eager ``__init__`` on meta with a *probe* value for each inferred size,
+  so the layer has every attribute, submodule and tensor name of the eager one, then swap each
+  tensor for a placeholder (dtype, device and ``requires_grad``; no shape) and each inferred
+  attribute for ``UNKNOWN``; no memory, no random number;
+* in the **first run of a factory** (``lazynn.build(Net, ...)``,
+  :class:`~lazynn._module.state.Drafting`, on meta): the same, but its placeholders stand for
+  meta tensors of the probe sizes and the inferred attributes keep their probe values, so the
+  model's own ``__init__`` (an init loop, ``fan_in = conv.in_channels * k * k``) runs on them,
+  drawing nothing; the layer is numbered in construction order;
+* in the **second run** (:class:`~lazynn._module.state.Constructing`): the layer *becomes* its
+  eager class, constructed for real with the sizes the first run learnt, exactly as the eager
+  program ``nn.Linear(in_features, 10)`` constructs it (same random numbers, same place in the
+  stream). A second run that constructs other layers than the first is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import LazynnError, message
+from .._module.deferred import PROBE
+from .._module.mixin import attach
+from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
+from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction
+from .._module.tensors import own_slots
+from .construct import construct, hide_probes, new, parameter_device
+from .infer import CLASS_KEY, UNKNOWN, Infer
+
+__all__ = ["lay_out", "same_arguments"]
+
+
+def lay_out(
+    layer: nn.Module,
+    cls: type[nn.Module],
+    specs: Mapping[str, Infer],
+    known_buffers: frozenset[str],
+    kwargs: dict[str, Any],
+) -> None:
+    """Construct ``layer``, a lazy layer that becomes ``cls`` (see the module doc)."""
+    here = context()
+    program = here.program
+    if isinstance(program, Constructing):
+        entry = _take(program, type(layer), kwargs)
+        if entry.sizes is not None:
+            here.program = None  # (what the eager class constructs is not the program's)
+            try:
+                _become(layer, entry.sizes, kwargs)
+            finally:
+                here.program = program
+            return
+    here.program = None  # (a layout's own constructions are not the program's)
+    try:
+        _placeholders(layer, cls, specs, known_buffers, kwargs, program)
+    finally:
+        here.program = program
+
+
+def _take(program: Constructing, kind: type, kwargs: dict[str, Any]) -> Entry:
+    """The entry of the lazy layer being constructed, checked against the first run's."""
+    number = program.position
+    program.position += 1
+    entry = program.entries[number] if number < len(program.entries) else None
+    if entry is None or entry.cls is not kind or not same_arguments(entry.kwargs, kwargs):
+        first = (
+            f"{_shown(entry.cls, entry.kwargs)} at '{entry.path}'"
+            if entry is not None
+            else "no lazy layer"
+        )
+        raise LazynnError(
+            message(
+                f"lazynn.build(factory): lazy layer number {number + 1} the factory constructs",
+                f"the layers of the factory's first run, in the same order ({first})",
+                f"{_shown(kind, kwargs)} the second time",
+                "make the factory construct the same model each time it is called (it runs "
+                "twice: once on meta to learn the sizes, once for real); nothing was built",
+            )
+        )
+    return entry
+
+
+def _shown(kind: type, kwargs: Mapping[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k not in ("device", "dtype"))
+    return f"{kind.__name__}({shown})"
+
+
+def same_arguments(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two constructions' arguments agree (tensors by shape and dtype, modules by
+    class: the first run's are on meta)."""
+    if a.keys() != b.keys():
+        return False
+    return all(_same(a[k], b[k]) for k in a)
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return (
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.shape == y.shape
+            and x.dtype == y.dtype
+        )
+    if isinstance(x, nn.Module) or isinstance(y, nn.Module):
+        return type(x) is type(y)
+    if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+        return type(x) is type(y) and len(x) == len(y) and all(map(_same, x, y))
+    try:
+        return bool(x == y)
+    except Exception:  # (an argument whose == does not answer with a bool)
+        return x is y
+
+
+def _become(layer: nn.Module, sizes: Mapping[str, Any], kwargs: dict[str, Any]) -> None:
+    """Make ``layer`` its eager class, constructed for real with ``sizes``, as ``cls(...)``."""
+    arguments = dict(kwargs)
+    device = arguments.pop("device", None)
+    dtype = arguments.pop("dtype", None)
+    real = {k: v for k, v in sizes.items() if k != CLASS_KEY}
+    chosen: type[nn.Module] = sizes.get(CLASS_KEY) or type(layer).cls_to_become  # type: ignore[attr-defined]
+    layer.__dict__.clear()  # (a rank-agnostic layer has noted its ranks)
+    layer.__class__ = chosen
+    where = torch.device(device) if device is not None else torch.get_default_device()
+    construct(chosen, {**arguments, **real}, where, dtype, into=layer)
+
+
+def _placeholders(
+    layer: nn.Module,
+    cls: type[nn.Module],
+    specs: Mapping[str, Infer],
+    known_buffers: frozenset[str],
+    kwargs: dict[str, Any],
+    program: Drafting | Constructing | None,
+) -> None:
+    """The usual layout (and a factory's first run's, when ``program`` is a Drafting)."""
+    drafting = program if isinstance(program, Drafting) else None
+    given = dict(kwargs)
+    if "_parameters" not in layer.__dict__:
+        # nn.Module's own state first, as torch's lazy layers have it from their
+        # super().__init__ (dynamo, tracing a construction inside a compiled function,
+        # reads attributes through nn.Module.__getattr__)
+        nn.Module.__init__(layer)
+    state = lazy_state(layer)
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    target = torch.device(device) if device is not None else torch.get_default_device()
+    param_target = target if device is not None else parameter_device(target)
+    probes = {name: spec.probe_value(kwargs) for name, spec in specs.items()}
+    if isinstance(layer, cls):
+        new(cls, {**kwargs, **probes}, "meta", dtype, into=layer)
+    else:  # not a subclass of the class it becomes (rank-agnostic): copy a meta layout
+        layer.__dict__.update(new(cls, {**kwargs, **probes}, "meta", dtype).__dict__)
+    # The layout's shapes, for the checkpoint solver (which asks for the probe sizes first)
+    state.shapes[(cls, repr(sorted(probes.items())))] = {
+        (prefix, name): tensor.shape
+        for prefix, module in layer.named_modules()
+        for _, name, tensor in own_slots(module)
+    }
+    for prefix, module in layer.named_modules():
+        for store, name, tensor in own_slots(module):
+            if not prefix and name in known_buffers and store is module._buffers:
+                # a shape no input decides: a real tensor, as eager (and torch's lazy
+                # norms) hold it
+                store[name] = torch.zeros(tensor.shape, dtype=tensor.dtype, device=target)
+                continue
+            buffer = store is module._buffers
+            kind = UninitializedBuffer if buffer else UninitializedParameter
+            where = target if buffer else param_target
+            placeholder = placeholder_for(tensor, kind, where, layer, prefix, name)
+            if drafting is not None:  # its own meta tensor: the model's code may change it
+                probe = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+                placeholder.__dict__[PROBE] = probe
+            store[name] = state.placeholders[(prefix, name)] = placeholder
+    if drafting is None:
+        for name, spec in specs.items():
+            if name in layer.__dict__:  # stored by the eager class (not all store it)
+                unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
+                setattr(layer, name, unknown)
+        if layer._modules:
+            hide_probes(layer, cls, kwargs, probes, dtype)
+    else:
+        state.index = len(drafting.entries)
+        drafting.entries.append(Entry(type(layer), given))
+    state.kwargs = kwargs
+    state.device = target
+    state.dtype = dtype if dtype is not None else torch.get_default_dtype()
+    attach(layer)
+    record_construction(layer)

@@ -1,0 +1,259 @@
+"""Code written on an unbuilt placeholder: initialization kept for the build, or run on a probe.
+
+In the instance form (``model = Net()``, then a build), a model's ``__init__`` may initialize
+its lazy layers' placeholders before their sizes are known: ``nn.init.normal_(m.weight,
+std=0.02)``, ``nn.init.zeros_(m.bias)``, ``m.weight.data.normal_(0, 0.02)``. These calls fill
+every element by the same rule whatever the shape, so the placeholder records them (an
+:class:`Init` each, numbered in the order the program wrote them) and the build runs them on
+the built tensor, after the layer's own construction. Which calls are kept:
+
+* ``torch.nn.init`` functions that reach a placeholder's ``__torch_function__`` whole:
+  ``normal_``, ``uniform_``, ``constant_``, ``kaiming_uniform_`` (its fan is computed at the
+  build, from the real shape);
+* in-place fills: ``Tensor.normal_``, ``uniform_``, ``zero_``, ``fill_`` (so ``zeros_``,
+  ``ones_``, and the same on ``.data``);
+* ``nn.init.trunc_normal_``, which has no ``__torch_function__`` entry: its helper asks
+  ``tensor.is_meta`` first (and returns at once for a meta tensor); asked so by that helper
+  (``torch.nn.init._no_grad_trunc_normal_``, a private function: tests/test_torch_internals.py
+  checks the frame), the placeholder records the call from the helper's arguments and answers
+  True.
+
+Initializers that need the shape before they fill (``xavier_*``, ``kaiming_normal_``,
+``orthogonal_``, ``eye_``, ``dirac_``) ask for it first, and are refused, naming the factory
+form (``lazynn.build(Net, example)``), which runs the model's own ``__init__`` with every size
+known.
+
+In a factory's first run (``lazynn.build(Net, ...)``, ``_layout``), a placeholder carries a
+*probe* (:data:`PROBE`): a meta tensor of its layer's probe shape. Any operation on it runs on
+the probe (:func:`on_probes`), so the model's own ``__init__`` runs to its end on meta, drawing
+nothing; the second run does it for real.
+
+>>> import torch, lazynn
+>>> layer = lazynn.LazyLinear(2)
+>>> _ = torch.nn.init.constant_(layer.weight, 0.5)
+>>> [init.text() for init in inits_of(layer.weight)]
+['torch.nn.init.constant_(val=0.5)']
+>>> _ = layer(torch.ones(1, 3))
+>>> layer.weight.unique().tolist()
+[0.5]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import frame_locals, func_name
+from .state import constructed, next_order
+from .tensors import is_placeholder, raw
+
+__all__ = [
+    "DATA_OF",
+    "INITS",
+    "PROBE",
+    "Init",
+    "inits_of",
+    "keep",
+    "on_probes",
+    "probed",
+    "run",
+]
+
+#: a placeholder's attribute: the :class:`Init` calls recorded on it, in order
+INITS = "_lazynn_inits"
+#: the attribute of a placeholder's ``.data``: the placeholder it is the data of
+DATA_OF = "_lazynn_data_of"
+#: a placeholder's attribute in a factory's first run (``_layout``): the meta tensor of the
+#: layer's probe shape that stands for it in the model's own ``__init__`` code
+PROBE = "_lazynn_probe"
+
+
+class _Self:
+    """Where the placeholder stood in a recorded call's arguments."""
+
+    def __repr__(self) -> str:
+        return "<the tensor>"
+
+
+SELF = _Self()
+
+#: torch.nn.init functions that call __torch_function__ with the whole call
+_FUNCTIONS: frozenset[Callable[..., Any]] = frozenset(
+    {nn.init.normal_, nn.init.uniform_, nn.init.constant_, nn.init.kaiming_uniform_}
+)
+#: in-place methods that fill every element by one rule
+_METHODS: frozenset[Callable[..., Any]] = frozenset(
+    {torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.zero_, torch.Tensor.fill_}
+)
+
+
+@dataclass(frozen=True)
+class Init:
+    """One recorded initialization: ``fn(*args, **kwargs)`` with the tensor for ``SELF``."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    #: the order the program wrote it in; copies of a placeholder keep it
+    order: int = field(default_factory=next_order)
+    #: how many lazy layers the program had constructed when it wrote it (``build`` runs it
+    #: after constructing those, before the next)
+    after: int = field(default_factory=constructed)
+
+    def run(self, tensor: torch.Tensor) -> None:
+        """Run it on ``tensor`` (without autograd, as ``nn.init`` and ``.data`` do)."""
+        args = tuple(tensor if a is SELF else a for a in self.args)
+        kwargs = {k: tensor if v is SELF else v for k, v in self.kwargs.items()}
+        with torch.no_grad():
+            self.fn(*args, **kwargs)
+
+    def text(self) -> str:
+        """``torch.nn.init.normal_(std=0.02)``, for messages."""
+        shown = [repr(a) for a in self.args if a is not SELF]
+        shown += [f"{k}={v!r}" for k, v in self.kwargs.items() if v is not SELF]
+        return f"{func_name(self.fn)}({', '.join(shown)})"
+
+
+def _is(value: Any, placeholder: torch.Tensor) -> bool:
+    return value is placeholder or (
+        isinstance(value, torch.Tensor) and value.__dict__.get(DATA_OF) is placeholder
+    )
+
+
+def _target(value: Any) -> torch.Tensor | None:
+    """The placeholder ``value`` is, or is the ``.data`` of; or None."""
+    if not is_placeholder(value):
+        return None
+    return value.__dict__.get(DATA_OF, value)  # type: ignore[no-any-return]
+
+
+def _data_of(placeholder: Any) -> torch.Tensor:
+    """A placeholder's ``.data``: a placeholder that records on it (there is no data to
+    detach from)."""
+    alias: torch.Tensor = placeholder._like(raw(placeholder), requires_grad=False)
+    alias.__dict__[DATA_OF] = placeholder
+    return alias
+
+
+def keep(
+    func: Callable[..., Any],
+    attr: str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """What a placeholder's ``__torch_function__`` answers to initialization code written on
+    it before the build: its ``.data`` (a placeholder that records on it), a fill it records
+    (the placeholder is returned, as the fill returns its tensor), ``is_meta`` asked by
+    ``trunc_normal_``'s helper; None for anything else (the placeholder then refuses)."""
+    first = args[0] if args else kwargs.get("tensor")
+    target = _target(first)
+    if target is None:
+        return None
+    getter = getattr(func, "__name__", "") == "__get__"
+    if attr == "data" and getter and first is target:
+        return _data_of(first)
+    if attr == "is_meta" and getter:
+        # (the frame that asked: this function's caller's caller; read only here, as
+        # torch.compile cannot trace sys._getframe)
+        init = from_trunc_normal(sys._getframe(2), target)
+        if init is None:
+            return None
+        add(target, init)
+        return True  # (trunc_normal_ returns at once for a meta tensor: recorded instead)
+    init = from_call(func, args, kwargs, target)
+    if init is None:
+        return None
+    add(target, init)
+    return first
+
+
+def probed(value: Any) -> bool:
+    """Whether ``value`` (or a list or tuple of values) holds a placeholder with a probe."""
+    if isinstance(value, (list, tuple)):
+        return any(probed(v) for v in value)
+    return is_placeholder(value) and PROBE in value.__dict__
+
+
+def on_probes(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func`` run with each placeholder that has a probe replaced by it (a factory's first
+    run: on meta, nothing is computed or drawn); a probe returned stands for its placeholder."""
+    swapped: dict[int, torch.Tensor] = {}
+
+    def swap(value: Any) -> Any:
+        probe = value.__dict__.get(PROBE) if is_placeholder(value) else None
+        if probe is None:
+            if isinstance(value, (list, tuple)):
+                return type(value)(swap(v) for v in value)
+            return value
+        swapped[id(probe)] = value
+        return probe
+
+    result = func(*(swap(a) for a in args), **{k: swap(v) for k, v in kwargs.items()})
+    if isinstance(result, torch.Tensor) and id(result) in swapped:
+        return swapped[id(result)]
+    return result
+
+
+def from_call(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], target: torch.Tensor
+) -> Init | None:
+    """The :class:`Init` of ``func(*args, **kwargs)`` on ``target`` (a placeholder, or its
+    ``.data``: recorded on the placeholder), or None if the call is not one to keep."""
+    if func not in _FUNCTIONS and func not in _METHODS:
+        return None
+    first = args[0] if args else kwargs.get("tensor")
+    if first is None or not _is(first, target):
+        return None
+    others = [*args[1:], *(v for k, v in kwargs.items() if k != "tensor" or args)]
+    if any(isinstance(v, torch.Tensor) for v in others):
+        return None  # another tensor in the call (a placeholder or data): not a fill
+    if args:
+        return Init(func, (SELF, *args[1:]), dict(kwargs))
+    return Init(func, (), {**kwargs, "tensor": SELF})
+
+
+def from_trunc_normal(frame: FrameType | None, target: torch.Tensor) -> Init | None:
+    """``nn.init.trunc_normal_`` on ``target``, read from the frame of torch's helper that
+    asks ``is_meta`` (see the module doc), or None if ``frame`` is not that helper's."""
+    if frame is None or frame.f_code.co_name != "_no_grad_trunc_normal_":
+        return None
+    if not frame.f_code.co_filename.endswith("init.py"):
+        return None
+    found = frame_locals(frame, ("tensor", "mean", "std", "a", "b", "generator"))
+    if not _is(found.pop("tensor", None), target) or len(found) != 5:
+        return None
+    return Init(nn.init.trunc_normal_, (SELF,), found)
+
+
+def add(placeholder: torch.Tensor, init: Init) -> None:
+    """Record ``init`` on ``placeholder`` (after those recorded before)."""
+    placeholder.__dict__[INITS] = (*inits_of(placeholder), init)
+
+
+def inits_of(tensor: torch.Tensor) -> tuple[Init, ...]:
+    """The initializations recorded on a placeholder, in the order written."""
+    return tensor.__dict__.get(INITS, ())  # type: ignore[no-any-return]
+
+
+def run(
+    pending: Iterable[tuple[Init, torch.Tensor]], done: dict[int, torch.Tensor] | None = None
+) -> None:
+    """Run recorded initializations on their built tensors, in the order the program wrote
+    them. Copies of one placeholder (``deepcopy``) hold the same record: it runs once, and
+    each copy takes its values (as eager copies share their original's). ``done``: the tensor
+    each record ran on so far, for runs in several parts (``build``)."""
+    done = {} if done is None else done
+    for init, tensor in sorted(pending, key=lambda pair: pair[0].order):
+        first = done.get(init.order)
+        if first is None:
+            init.run(tensor)
+            done[init.order] = tensor
+        elif first is not tensor:
+            with torch.no_grad():
+                tensor.copy_(first)

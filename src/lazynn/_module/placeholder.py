@@ -1,0 +1,457 @@
+"""Placeholders: parameters and buffers whose shape the first input decides.
+
+A placeholder is a tensor subclass that holds no data, only what it will become: dtype,
+device and ``requires_grad``. It is the object a model's ``parameters()`` returns before
+the build, so an optimizer made early holds it; materializing fills it *in place* (same
+Python object) and turns its class into ``nn.Parameter`` (or ``torch.Tensor`` for a buffer).
+
+Moves (``.to``, ``.half()``, ``to_empty``...) return new placeholders with the new dtype or
+device, so ``module.to(...)`` keeps a module lazy. Anything that needs data or shape is
+refused with an :class:`~lazynn.UnbuiltError` that names the owning layer and parameter.
+
+They subclass torch's own ``UninitializedParameter`` / ``UninitializedBuffer``, so the
+ecosystem recognizes them: ``torch.nn.parameter.is_lazy(p)`` is True, and DDP, TorchScript,
+``weight_norm`` and ``spectral_norm`` refuse them with their own errors.
+
+>>> import torch, lazynn
+>>> p = lazynn.UninitializedParameter(dtype=torch.float64)
+>>> p
+<UninitializedParameter(dtype=torch.float64, device=cpu, requires_grad=True)>
+>>> p.materialize((2, 3))
+>>> type(p).__name__, tuple(p.shape), p.dtype
+('Parameter', (2, 3), torch.float64)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
+
+from .._errors import UnbuiltError, func_name
+from .callers import distributed, untraced
+from .deferred import INITS, PROBE, keep, on_probes, probed
+from .refusals import refusal, wrapper_refusal
+from .tensors import is_placeholder
+from .tensors import raw as _raw
+
+__all__ = [
+    "UninitializedBuffer",
+    "UninitializedParameter",
+    "fill",
+    "is_lazy",
+    "placeholder_for",
+    "rebuild_placeholder",
+    "relocate",
+]
+
+# torch.Tensor attributes read through descriptors that do not depend on the shape.
+_ALLOWED_ATTRIBUTES = frozenset(
+    {
+        "dtype",
+        "device",
+        "requires_grad",
+        "is_leaf",
+        "grad",
+        "grad_fn",
+        "layout",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "is_sparse",
+        "is_quantized",
+        "is_nested",
+        "is_mkldnn",
+        "is_xpu",
+        "is_mps",
+        "_is_param",
+        "_is_buffer",
+        "persistent",
+    }
+)
+
+# Methods that answer from dtype and device alone.
+_ALLOWED_METHODS: frozenset[Callable[..., Any]] = frozenset(
+    {
+        torch.Tensor.__hash__,
+        torch.Tensor.is_floating_point,
+        torch.Tensor.is_complex,
+        torch.is_floating_point,
+        torch.is_complex,
+        torch.Tensor.is_signed,
+        torch.Tensor.get_device,
+        torch.Tensor.element_size,
+        torch._has_compatible_shallow_copy_type,
+        # The (empty) storage of the placeholder's data: pointer 0 and 0 bytes, as a meta
+        # tensor's. safetensors' load_model and accelerate ask every tensor of a model for
+        # its storage to find tied weights; torch's placeholders refuse (a listed difference).
+        torch.Tensor.untyped_storage,
+    }
+)
+
+# Conversions: applied to the (empty) data, they give a new placeholder with the new dtype,
+# device or requires_grad. This is what keeps `module.to(...)` / `to_empty` lazy.
+_CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
+    {
+        torch.Tensor.to,
+        torch.Tensor.half,
+        torch.Tensor.float,
+        torch.Tensor.double,
+        torch.Tensor.bfloat16,
+        torch.Tensor.cpu,
+        torch.Tensor.cuda,
+        torch.Tensor.type,
+        torch.Tensor.detach,
+        torch.empty_like,
+    }
+)
+
+
+#: what a placeholder answers itself even in a factory's first run: moves (a new placeholder),
+#: ``requires_grad``
+_NATIVE = _CONVERSIONS | {
+    torch.Tensor.requires_grad_,
+    torch.Tensor.requires_grad.__get__,  # type: ignore[attr-defined]
+    torch.Tensor.requires_grad.__set__,  # type: ignore[attr-defined]
+}
+
+
+class _Placeholder:
+    """Behaviour shared by both placeholders (a mixin; see the module docstring)."""
+
+    cls_to_become: ClassVar[type[torch.Tensor]]
+    #: who owns it, for error messages: "the 'weight' of LazyLinear".
+    _lazynn_owner: str
+
+    def _owner(self) -> str:
+        return getattr(self, "_lazynn_owner", f"this {type(self).__name__}")
+
+    def _wrapper_refusal(self) -> UnbuiltError | None:
+        """The refusal of a torch wrapper being constructed around this placeholder's model
+        (taking back what it registered), or None."""
+        return wrapper_refusal(self._owner())
+
+    def _refuse(self, what: str) -> UnbuiltError:
+        """The refusal of ``what`` (a torch function's name), worded for its caller."""
+        checkpoint = self.__dict__.get("_lazynn_checkpoint")
+        return refusal(self._owner(), type(self).__name__, what, checkpoint)
+
+    # --- shape queries are refused, consistently ----------------------------------------
+    # (in a factory's first run, its probe answers: see PROBE)
+    @property
+    def shape(self) -> torch.Size:
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:
+            return probe.shape  # type: ignore[no-any-return]
+        raise self._refuse("Tensor.shape")
+
+    @property
+    def ndim(self) -> int:
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:
+            return probe.ndim  # type: ignore[no-any-return]
+        raise self._refuse("Tensor.ndim")
+
+    def size(self, dim: int | None = None) -> Any:
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:
+            return probe.size() if dim is None else probe.size(dim)
+        raise self._refuse("Tensor.size()")
+
+    def __hash__(self) -> int:
+        # torch.jit.trace puts each parameter in a set (TracedModule's check_unique) before
+        # its own check, whose message says to run a forward pass: refuse with lazynn's
+        # recipe. Only the direct caller is looked at: hashing is frequent (parameters()).
+        # (Tensor.__hash__ does not go through __torch_function__.)
+        caller = sys._getframe(1).f_code
+        if caller.co_name == "check_unique" and caller.co_filename.endswith("_trace.py"):
+            refusal = self._wrapper_refusal()
+            if refusal is not None:
+                raise refusal
+        return id(self)
+
+    def share_memory_(self) -> Any:
+        raise self._refuse("Tensor.share_memory_() (module.share_memory())")
+
+    # --- what a placeholder is -----------------------------------------------------------
+    def materialize(
+        self,
+        shape: int | Sequence[int],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Become a real, uninitialized ``cls_to_become`` of ``shape``, in place.
+
+        ``device`` and ``dtype`` default to the placeholder's own (as moved since its
+        construction).
+        """
+        # (run by Python even inside a compiled hook: dynamo cannot read a placeholder's data)
+        untraced(_materialize)(self, shape, device, dtype)
+
+    def __repr__(self) -> str:
+        raw = _raw(self)  # type: ignore[arg-type]
+        grad = self.requires_grad  # type: ignore[attr-defined]
+        return (
+            f"<{type(self).__name__}(dtype={raw.dtype}, device={raw.device}, requires_grad={grad})>"
+        )
+
+    def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+        """A new placeholder of this kind around ``raw``, keeping owner and persistence."""
+        new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[type-var]
+        for attr in ("_lazynn_owner", "_lazynn_checkpoint", "persistent", "_is_buffer", INITS):
+            if attr in self.__dict__:
+                setattr(new, attr, self.__dict__[attr])
+        probe = self.__dict__.get(PROBE)
+        if probe is not None:  # its own
+            new.__dict__[PROBE] = torch.empty(probe.shape, dtype=raw.dtype, device="meta")
+        return new  # type: ignore[return-value]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        if id(self) not in memo:
+            raw = _raw(self)  # type: ignore[arg-type]
+            grad: bool = self.requires_grad  # type: ignore[attr-defined]
+            memo[id(self)] = self._like(torch.empty(0, dtype=raw.dtype, device=raw.device), grad)
+        return memo[id(self)]  # type: ignore[no-any-return]
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        owner = getattr(func, "__self__", None)
+        attr = getattr(owner, "__name__", None) if owner is not None else None
+        self = args[0] if args else None
+        if func not in _NATIVE and any(probed(v) for v in (*args, *kwargs.values())):
+            return on_probes(func, args, kwargs)
+        kept = keep(func, attr, args, kwargs)
+        if kept is not None:
+            return kept
+        with torch._C.DisableTorchFunctionSubclass():
+            if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
+                if attr == "requires_grad" and isinstance(self, _Placeholder) and distributed():
+                    # DDP's constructor reads requires_grad first: refuse with the recipe.
+                    refusal = self._wrapper_refusal()
+                    if refusal is not None:
+                        raise refusal
+                return func(*args, **kwargs)
+            if attr == "requires_grad" and getattr(func, "__name__", "") == "__set__":
+                return func(*args, **kwargs)  # `p.requires_grad = False`, as torch allows
+            if attr == "data" and getattr(func, "__name__", "") == "__set__":
+                # `module._apply` moves a placeholder by `param.data = moved_placeholder`.
+                if len(args) == 2 and is_placeholder(args[1]):
+                    return func(*args, **kwargs)
+            elif func in _ALLOWED_METHODS:
+                return func(*args, **kwargs)
+            elif func in _CONVERSIONS and isinstance(self, _Placeholder):
+                raw = func(_raw(self), *args[1:], **kwargs)  # type: ignore[arg-type]
+                if raw is _raw(self) or not isinstance(raw, torch.Tensor):  # type: ignore[arg-type]
+                    return self if isinstance(raw, torch.Tensor) else raw  # e.g. p.type() -> str
+                keep_grad = func is not torch.Tensor.detach and self.requires_grad  # type: ignore[attr-defined]
+                return self._like(raw.detach(), keep_grad)
+            elif func is torch.Tensor.requires_grad_ and isinstance(self, _Placeholder):
+                return func(*args, **kwargs)
+            elif func is torch.Tensor.copy_ and all(is_placeholder(a) for a in args[:2]):
+                return self  # unbuilt into unbuilt: there is nothing to copy
+        values = [*args, *kwargs.values()]
+        nested = [v for a in values if isinstance(a, (list, tuple)) for v in a]
+        culprit = next((a for a in (*values, *nested) if isinstance(a, _Placeholder)), None)
+        if culprit is None:
+            raise UnbuiltError(f"an unbuilt placeholder was passed to {func_name(func)}")
+        raise culprit._refuse(func_name(func))
+
+
+def _materialize(
+    placeholder: torch.Tensor,
+    shape: int | Sequence[int],
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+) -> None:
+    raw = _raw(placeholder)
+    data = torch.empty(
+        (shape,) if isinstance(shape, int) else tuple(shape),  # an int, as torch takes
+        device=raw.device if device is None else device,
+        dtype=raw.dtype if dtype is None else dtype,
+    )
+    fill(placeholder, data)
+
+
+def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
+    """Make ``placeholder`` hold ``data`` and become a real tensor, keeping its identity."""
+    with torch._C.DisableTorchFunctionSubclass():
+        placeholder.data = data
+    target = type(placeholder).cls_to_become  # type: ignore[attr-defined]
+    placeholder.__class__ = target
+    for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent", PROBE, INITS):
+        placeholder.__dict__.pop(attr, None)
+
+
+class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: ignore[misc,override]
+    """A parameter whose shape is not known yet; becomes an ``nn.Parameter`` when built.
+
+    Args:
+        requires_grad: as ``nn.Parameter``. Default: ``True``.
+        device: where it will be allocated. Default: the current default device.
+        dtype: its dtype. Default: the current default dtype.
+    """
+
+    cls_to_become = nn.Parameter
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> UninitializedParameter:
+        # (requires_grad=True, device=None, dtype=None), as torch's; and cls(data,
+        # **param.__dict__), how tools rebuild a parameter of a subclass (accelerate's
+        # init_empty_weights registers a placeholder assigned to a module so): a placeholder
+        # like ``data``, with the attributes given
+        if args and isinstance(args[0], torch.Tensor):
+            (like,) = args
+            raw = _raw(like) if is_placeholder(like) else like
+            grad = bool(kwargs.pop("requires_grad", like.requires_grad))
+            new = torch.Tensor._make_subclass(
+                cls, torch.empty(0, device=raw.device, dtype=raw.dtype), grad
+            )
+            new.__dict__.update(kwargs)
+            return new  # type: ignore[return-value]
+        try:
+            return _new_parameter(cls, *args, **kwargs)
+        except TypeError as error:  # (worded as torch's constructor, not the helper)
+            raise TypeError(str(error).replace("_new_parameter()", f"{cls.__name__}()")) from None
+
+    def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
+        raw = _raw(self)
+        marker = self.__dict__.get("_lazynn_checkpoint")
+        return (_rebuild, (type(self), self.requires_grad, raw.device, raw.dtype, True, marker))
+
+
+def _new_parameter(
+    cls: type[UninitializedParameter],
+    requires_grad: bool = True,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> UninitializedParameter:
+    data = torch.empty(0, device=device, dtype=dtype)
+    return torch.Tensor._make_subclass(cls, data, requires_grad)  # type: ignore[return-value]
+
+
+class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore[misc,override]
+    """A buffer whose shape is not known yet; becomes a plain ``torch.Tensor`` when built.
+
+    Args:
+        requires_grad: Default: ``False``.
+        device: where it will be allocated. Default: the current default device.
+        dtype: its dtype. Default: the current default dtype.
+        persistent: whether it is part of the ``state_dict`` when assigned as an attribute.
+    """
+
+    cls_to_become = torch.Tensor
+
+    def __new__(
+        cls,
+        requires_grad: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        persistent: bool = True,
+    ) -> UninitializedBuffer:
+        data = torch.empty(0, device=device, dtype=dtype)
+        new = torch.Tensor._make_subclass(cls, data, requires_grad)
+        new.persistent = persistent  # type: ignore[attr-defined]
+        new._is_buffer = True  # type: ignore[attr-defined]
+        return new  # type: ignore[return-value]
+
+    def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
+        raw = _raw(self)
+        persistent = self.__dict__.get("persistent", True)
+        marker = self.__dict__.get("_lazynn_checkpoint")
+        return (
+            _rebuild,
+            (type(self), self.requires_grad, raw.device, raw.dtype, persistent, marker),
+        )
+
+
+def _rebuild(
+    cls: type[torch.Tensor],
+    requires_grad: bool,
+    device: torch.device,
+    dtype: torch.dtype,
+    persistent: bool,
+    checkpoint: str | None,
+) -> torch.Tensor:
+    """Unpickle a placeholder (registered as a safe global for ``torch.load``)."""
+    new: torch.Tensor
+    if cls is UninitializedBuffer:
+        new = UninitializedBuffer(requires_grad, device, dtype, persistent)
+    elif cls is UninitializedParameter:
+        new = UninitializedParameter(requires_grad, device, dtype)
+    else:
+        raise TypeError(f"not a lazynn placeholder class: {cls!r}")
+    if checkpoint is not None:
+        new._lazynn_checkpoint = checkpoint  # type: ignore[attr-defined,union-attr]
+    return new
+
+
+def relocate(
+    placeholder: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """A new placeholder like ``placeholder`` (lazynn's or torch's) on ``device`` / ``dtype``.
+
+    torch's own placeholders cannot be moved (their ``.to`` returns a plain empty tensor),
+    so a fresh one of the same class is made.
+    """
+    if isinstance(placeholder, _Placeholder):
+        raw = _raw(placeholder)
+        new = torch.empty(0, dtype=dtype or raw.dtype, device=device)
+        return placeholder._like(new, placeholder.requires_grad)  # type: ignore[attr-defined]
+    kind: Any = type(placeholder)
+    return kind(  # type: ignore[no-any-return]
+        requires_grad=placeholder.requires_grad, device=device, dtype=dtype or placeholder.dtype
+    )
+
+
+def is_lazy(obj: object) -> bool:
+    """Whether ``obj`` still waits for its sizes.
+
+    For a tensor: is it a placeholder (as ``torch.nn.parameter.is_lazy``)? For a module: is
+    it, or any module below it, not built yet?
+
+    >>> import lazynn
+    >>> model = lazynn.LazyLinear(4)
+    >>> lazynn.is_lazy(model), lazynn.is_lazy(model.weight)
+    (True, True)
+    """
+    if isinstance(obj, nn.Module):
+        return (
+            # (an unbuilt lazy module still has its build hook; a built one that kept its
+            # class, cls_to_become = None, has not)
+            any(isinstance(m, TorchLazy) and hasattr(m, "_initialize_hook") for m in obj.modules())
+            or any(is_placeholder(t) for t in obj.parameters())
+            or any(is_placeholder(t) for t in obj.buffers())
+        )
+    return is_placeholder(obj)
+
+
+def placeholder_for(
+    tensor: torch.Tensor,
+    kind: type[UninitializedParameter] | type[UninitializedBuffer],
+    device: torch.device,
+    owner: nn.Module,
+    prefix: str,
+    name: str,
+) -> torch.Tensor:
+    """A placeholder of ``kind`` standing for ``tensor`` (its dtype and ``requires_grad``) on
+    ``device``, named in errors as the ``prefix.name`` of ``owner``."""
+    placeholder = kind(requires_grad=tensor.requires_grad, device=device, dtype=tensor.dtype)
+    label = f"{prefix}.{name}" if prefix else name
+    placeholder._lazynn_owner = f"the '{label}' of {type(owner).__name__}"
+    if kind is UninitializedBuffer:
+        del placeholder.__dict__["_is_buffer"], placeholder.__dict__["persistent"]
+    return placeholder
+
+
+#: how a pickled placeholder is rebuilt (registered with torch.load's safe globals)
+rebuild_placeholder = _rebuild

@@ -1,0 +1,146 @@
+"""Snapshot: everything a build or a meta rehearsal may change in a model, to put back.
+
+Taken before any change, restored on failure (and always, after a rehearsal), so that "on any
+failure the user's model is left exactly as it was" holds by construction:
+
+* each module's class and attribute dict (``in_features``, hook handles, ``training``...);
+* the content of every dict, set and list a module holds (``_parameters``, ``_buffers``,
+  ``_modules``, every hook dict, lazynn's own records), restored in place and in order;
+* each lazy layer's :class:`~lazynn._module.state.LazyState` (its fields, restored in place);
+* each placeholder's data, class and attributes (a build fills placeholders in place);
+* the value of each real buffer a lazy layer keeps before its build (``known_buffers``:
+  ``num_batches_tracked``), which a build resets and a first call's forward counts in place.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .state import Context, LazyState
+from .tensors import is_placeholder, own_tensors, raw
+
+__all__ = ["RandomState", "Snapshot", "continue_builds", "weak"]
+
+
+class Snapshot:
+    """The restorable state of ``root`` and every module below it.
+
+    >>> import torch, lazynn
+    >>> layer = lazynn.LazyLinear(2)
+    >>> snap = Snapshot(layer)
+    >>> _ = layer(torch.ones(1, 3))
+    >>> snap.restore()
+    >>> layer
+    LazyLinear(in_features=?, out_features=2, bias=True)
+    """
+
+    def __init__(self, root: nn.Module) -> None:
+        self.modules: list[tuple[nn.Module, type, dict[str, Any]]] = []
+        self.containers: list[tuple[Any, Any]] = []
+        self.states: list[tuple[LazyState, LazyState]] = []
+        self.tensors: list[tuple[torch.Tensor, type, torch.Tensor, dict[str, Any]]] = []
+        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._own: dict[int, dict[str, torch.Tensor | None]] = {}
+        for module in root.modules():
+            for name in getattr(type(module), "known_buffers", ()):
+                known = module._buffers.get(name)
+                if known is not None and not is_placeholder(known) and not known.is_meta:
+                    self.values.append((known, known.detach().clone()))
+            attrs = dict(module.__dict__)
+            self._own[id(module)] = {**module._parameters, **module._buffers}
+            self.modules.append((module, module.__class__, attrs))
+            for value in attrs.values():
+                if isinstance(value, dict):
+                    self.containers.append((value, dict(value)))
+                elif isinstance(value, (set, list)):
+                    self.containers.append((value, type(value)(value)))
+                elif isinstance(value, LazyState):
+                    self.states.append((value, value.copy()))
+            for tensor in own_tensors(module):
+                if is_placeholder(tensor):
+                    self.tensors.append(
+                        (tensor, tensor.__class__, raw(tensor), dict(tensor.__dict__))
+                    )
+
+    def original_tensors(self, module: nn.Module) -> dict[str, torch.Tensor | None]:
+        """The module's own parameters and buffers as they were at the snapshot."""
+        return self._own.get(id(module), {})
+
+    def restore(self) -> None:
+        """Put every recorded module, container and placeholder back as it was."""
+        for module, cls, attrs in self.modules:
+            module.__class__ = cls
+            module.__dict__.clear()
+            module.__dict__.update(attrs)
+        for container, content in self.containers:
+            if isinstance(container, list):
+                container[:] = content
+            else:
+                container.clear()
+                container.update(content)
+        for state, saved in self.states:
+            state.restore(saved)
+        for tensor, cls, data, tensor_attrs in self.tensors:
+            with torch._C.DisableTorchFunctionSubclass():
+                tensor.data = data
+            tensor.__class__ = cls
+            tensor.__dict__.clear()
+            tensor.__dict__.update(tensor_attrs)
+        with torch.no_grad():
+            for tensor, value in self.values:
+                if not torch.equal(tensor, value):  # (unchanged: no write, as under torch.func)
+                    tensor.copy_(value)
+
+
+class RandomState:
+    """The state of every random generator a build may draw from: the CPU generator, and
+    each CUDA device's once CUDA is initialized (``restore()`` puts them back).
+
+    >>> import torch
+    >>> saved = RandomState()
+    >>> _ = torch.rand(3)
+    >>> saved.restore()
+    >>> torch.equal(saved.cpu, torch.get_rng_state())
+    True
+    """
+
+    def __init__(self) -> None:
+        self.cpu = torch.get_rng_state()
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        self.cuda = torch.cuda.get_rng_state_all() if cuda else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+    def same_as(self, other: RandomState) -> bool:
+        """Whether both hold the same generator states."""
+        if not torch.equal(self.cpu, other.cpu):
+            return False
+        if self.cuda is None or other.cuda is None:
+            return self.cuda is other.cuda
+        return all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda, strict=True))
+
+
+def continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:
+    """Inside ``torch.utils.checkpoint`` (running ``checkpointed``): go on with the builds'
+    own stream if the last such build was in the same checkpoint and left the generator as it
+    is now (``forward``: its state now); else the builds draw from here."""
+    if here.build_stream is not None:
+        function, left, stream = here.build_stream
+        if function() is checkpointed and left.same_as(forward):
+            stream.restore()
+
+
+def weak(value: Any) -> Callable[[], Any]:
+    """A weak reference to ``value`` (one that is always None where it takes none)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: None

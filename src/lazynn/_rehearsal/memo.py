@@ -1,0 +1,221 @@
+"""Repeated blocks in a meta rehearsal: run one, reuse its result for its identical twins.
+
+A transformer has 32 or 80 identical blocks, a ResNet stage a few: on meta, a block's output
+depends only on its structure (classes, constructor attributes, tensor shapes and dtypes) and
+its inputs' shapes, so once one block has run, each identical block called with identical
+input shapes can return fresh meta tensors of the recorded shapes without running. The lazy
+layers inside a skipped block get the sizes of their counterparts in the block that ran.
+
+Only blocks that are safe to skip are memoized: children of ``nn.Sequential`` /
+``nn.ModuleList`` / ``nn.ModuleDict`` with submodules of their own, with no user hooks
+anywhere below them, every attribute hashable (or a function), called with tensors and plain
+values only, returning tensors (in tuples, lists, dicts) only. Anything else runs normally.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from .._layer.construct import MODULE_KEYS
+from .._layer.infer import UNKNOWN
+from .._module.mixin import pre_hook
+from .._module.state import STATE_KEY, LazyState
+from .._module.tensors import is_placeholder, map_tensors
+
+__all__ = ["Below", "Memo", "Recorder"]
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+#: what one run of a block did below it: relative path -> (calls, FLOPs, the first call's
+#: input and output shapes)
+Below = dict[str, tuple[int, int, Any, Any]]
+
+
+class Recorder(Protocol):
+    """What the rehearsal records, as a memoized block sees it."""
+
+    def meter(self) -> int:
+        """The FLOPs counted so far (skipped blocks' included)."""
+
+    def mark(self) -> int:
+        """A position in the record of calls."""
+
+    def below(self, block: str, since: int) -> Below:
+        """What the calls under ``block`` since ``mark()`` gave ``since`` did."""
+
+    def skipped(self, block: str, flops: int, below: Below) -> None:
+        """``block`` was skipped: count ``flops`` and the calls ``below`` as if it had run."""
+
+
+class _Unhashable(Exception):
+    pass
+
+
+def _value_key(value: Any) -> Hashable:
+    if value is UNKNOWN:
+        return "?"
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.dtype)):
+        return (type(value), value)
+    if isinstance(value, torch.device):
+        return ("device", str(value))
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_value_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((_value_key(k), _value_key(v)) for k, v in value.items()))
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value))  # a plain tensor attribute: only itself is identical
+    if callable(value) and not isinstance(value, nn.Module):
+        return ("callable", id(value))
+    raise _Unhashable
+
+
+def _signature(value: Any) -> Hashable:
+    """The shape-level identity of forward arguments (raises _Unhashable if not plain)."""
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(value.shape), tuple(value.stride()), value.dtype, value.device.type)
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return (type(value), value)
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _signature(v)) for k, v in value.items()))
+    raise _Unhashable
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(v) for v in value.values())
+    return False
+
+
+def _fresh(value: Any) -> Any:
+    """New meta tensors like those in ``value`` (same structure, shapes and strides)."""
+    return map_tensors(
+        lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device), value
+    )
+
+
+class Memo:
+    """Installs memoizing ``forward``s on the repeated blocks of a model (in ``__dict__``: the
+    rehearsal's twin, thrown away after) and records which block stood in for which."""
+
+    def __init__(
+        self, model: nn.Module, paths: dict[int, str], recorder: Recorder | None = None
+    ) -> None:
+        self.paths = paths
+        #: what the rehearsal counts (calls, FLOPs): a skipped block counts as its twin's run
+        self.recorder = recorder
+        self.results: dict[Hashable, tuple[str, Any, int, Below]] = {}
+        #: (path of a skipped block, path of the identical block that ran), in call order
+        self.aliases: list[tuple[str, str]] = []
+        self._prints: dict[int, Hashable | None] = {}
+        #: (block, its own forward before, or None), to undo the installation
+        self._installed: list[tuple[nn.Module, Any]] = []
+        for parent in model.modules():
+            if not isinstance(parent, _CONTAINERS):
+                continue
+            for block in parent._modules.values():
+                if block is None or not block._modules:
+                    continue
+                fingerprint = self._fingerprint(block)
+                if fingerprint is not None:
+                    self._installed.append((block, block.__dict__.get("forward")))
+                    block.__dict__["forward"] = self._forward(block, fingerprint)
+
+    def undo(self) -> None:
+        """Take the memoizing forwards off (a model that outlives the rehearsal)."""
+        for block, own in self._installed:
+            if own is None:
+                block.__dict__.pop("forward", None)
+            else:
+                block.__dict__["forward"] = own
+
+    def _fingerprint(self, module: nn.Module) -> Hashable | None:
+        key = id(module)
+        if key not in self._prints:
+            self._prints[key] = self._compute(module)
+        return self._prints[key]
+
+    def _compute(self, module: nn.Module) -> Hashable | None:
+        if (
+            module._forward_hooks
+            or module._backward_hooks
+            or module._backward_pre_hooks
+            or any(h is not pre_hook for h in module._forward_pre_hooks.values())
+        ):
+            return None  # a user's hook would not run for a skipped twin
+        state = module.__dict__.get(STATE_KEY)
+        try:
+            attrs = tuple(
+                (k, _value_key(v))
+                for k, v in module.__dict__.items()
+                if k not in MODULE_KEYS and k not in ("_initialize_hook", "forward", STATE_KEY)
+            )
+            # a forward set on the instance (``block.forward = MethodType(f, block)``): blocks
+            # run alike only with the same function
+            own = module.__dict__.get("forward")
+            if own is not None:
+                attrs += (("forward", ("callable", id(getattr(own, "__func__", own)))),)
+            # a lazy layer's constructor arguments (its other state is its own: placeholders,
+            # construction number)
+            declared = _value_key(state.kwargs) if isinstance(state, LazyState) else None
+        except _Unhashable:
+            return None
+        tensors = tuple(
+            (
+                name,
+                None
+                if t is None
+                else ("lazy", t.dtype, t.requires_grad)
+                if is_placeholder(t)
+                else (tuple(t.shape), t.dtype, t.requires_grad),
+            )
+            for name, t in (*module._parameters.items(), *module._buffers.items())
+        )
+        children = []
+        here = self.paths.get(id(module), "?")
+        for name, child in module._modules.items():
+            if child is not None and self.paths.get(id(child)) != f"{here}.{name}".lstrip("."):
+                return None  # a module shared with another place: each call must be seen
+            sub = self._fingerprint(child) if child is not None else ("none",)
+            if sub is None:
+                return None
+            children.append((name, sub))
+        return (type(module), module.training, attrs, declared, tensors, tuple(children))
+
+    def _forward(self, block: nn.Module, fingerprint: Hashable) -> Callable[..., Any]:
+        # the forward the block runs: its instance's own, if set, else its class's
+        own = block.__dict__.get("forward")
+        original = own if own is not None else functools.partial(type(block).forward, block)
+        path = self.paths.get(id(block), "?")
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            try:
+                key: Hashable | None = (fingerprint, _signature(args), _signature(kwargs))
+            except _Unhashable:
+                key = None
+            recorder = self.recorder
+            if key is not None and key in self.results:
+                twin, output, cost, below = self.results[key]
+                self.aliases.append((path, twin))
+                if recorder is not None:
+                    recorder.skipped(path, cost, below)
+                return _fresh(output)
+            start, since = (recorder.meter(), recorder.mark()) if recorder is not None else (0, 0)
+            output = original(*args, **kwargs)
+            if key is not None and _plain(output):
+                cost = recorder.meter() - start if recorder is not None else 0
+                below = recorder.below(path, since) if recorder is not None else {}
+                self.results[key] = (path, output, cost, below)
+            return output
+
+        return forward

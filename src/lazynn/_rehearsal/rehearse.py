@@ -1,0 +1,421 @@
+"""The meta rehearsal: run a model's forward on meta tensors and record what happens.
+
+The model is only read: its twin (``_twin``: the same classes and code, every tensor a meta
+tensor, every placeholder a meta placeholder) runs on meta example inputs. Lazy layers build
+themselves on meta (their own code, so the sizes are exactly what a real first call would
+infer), and hooks record each module's input and output shapes. No memory is allocated for
+parameters or activations, no arithmetic runs, and the twin is dropped after: the model is
+as it was, whatever happened, and other threads may use it meanwhile. What the forward
+draws on meta draws nothing; a draw on a real device (``torch.rand(n, device="cpu")``) moves
+the generator, which the rehearsal then puts back (``_meta_device``), so the build's
+allocation draws what eager construction draws.
+
+Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.hooks import RemovableHandle
+
+from .._errors import (
+    AmbiguousInputWarning,
+    InferenceError,
+    LazynnError,
+    NeedsValuesError,
+    first_line,
+    message,
+    meta_limitation,
+    shape_str,
+    with_note,
+)
+from .._layer.base import LazyLayer
+from .._module.callers import user_stacklevel
+from .._module.mixin import is_lazy_module
+from .._module.snapshot import RandomState
+from .._module.state import BUILD_LOCK, Rehearsing, context
+from .._module.tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
+from .memo import Below, Memo
+from .meta_device import MetaDevice
+from .spec import as_meta
+from .twin import Twin, meta_twin
+
+__all__ = ["Call", "Rehearsal", "TensorInfo", "rehearse", "warn_notes"]
+
+
+@dataclass
+class Call:
+    """A module's calls in the rehearsal: the first call's shapes, how many, and their FLOPs
+    (in ``_Record.trace``: one call, or the calls of a skipped block's twin run)."""
+
+    path: str
+    inputs: list[tuple[tuple[int, ...], torch.dtype]]
+    outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
+    #: how many times the forward called it
+    count: int = 1
+    #: the FLOPs of all its calls, its submodules' included (when counted)
+    flops: int = 0
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A parameter or buffer as the build will make it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    is_parameter: bool
+    requires_grad: bool
+    persistent: bool
+    ident: int  # id() of the real tensor (or placeholder) in the model: counts shared once
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+@dataclass
+class Rehearsal:
+    """What the meta rehearsal learnt about a model."""
+
+    #: module path -> its first call (input and output shapes)
+    calls: dict[str, Call]
+    #: module path -> class name after the build
+    types: dict[str, str]
+    #: module path -> own tensors after the build
+    tensors: dict[str, list[TensorInfo]]
+    #: LazyLayer -> inferred sizes
+    sizes: dict[nn.Module, dict[str, int]]
+    #: other lazy modules (torch's, custom LazyModuleMixin) -> the meta inputs of their first call
+    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]]
+    #: lazy modules the forward never called
+    unreached: list[str]
+    #: the model's meta output
+    output: Any
+    #: path -> why a size a lazy layer read may not be the one meant (``_infer.ambiguity``)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class _Record:
+    """The calls of a rehearsal, as memoized blocks see them (``_memo.Recorder``): every call
+    in order (``trace``), each module's first call and totals (``calls``), the FLOPs."""
+
+    def __init__(self, calls: dict[str, Call], counter: FlopCounterMode | None) -> None:
+        self.calls, self.counter = calls, counter
+        self.trace: list[Call] = []
+        self.skipped_flops = 0
+
+    def meter(self) -> int:
+        if self.counter is None:
+            return 0
+        return int(self.counter.get_total_flops()) + self.skipped_flops
+
+    def mark(self) -> int:
+        return len(self.trace)
+
+    def below(self, block: str, since: int) -> Below:
+        prefix = f"{block}." if block else ""
+        out: Below = {}
+        for event in self.trace[since:]:
+            if event.path.startswith(prefix) and event.path != block:
+                sub = event.path[len(prefix) :]
+                count, flops, first_in, first_out = out.get(
+                    sub, (0, 0, event.inputs, event.outputs)
+                )
+                out[sub] = (count + event.count, flops + event.flops, first_in, first_out)
+        return out
+
+    def skipped(self, block: str, flops: int, below: Below) -> None:
+        self.skipped_flops += flops
+        for sub, (count, sub_flops, first_in, first_out) in below.items():
+            path = f"{block}.{sub}" if block else sub
+            event = Call(path, first_in, first_out, count, sub_flops)
+            self.trace.append(event)  # (an enclosing block's run counts it too)
+            if path not in self.calls:
+                self.calls[path] = Call(path, first_in, first_out, 0, 0)
+            self.calls[path].count += count
+            self.calls[path].flops += sub_flops
+
+
+class _Run:
+    """One run of a model (the twin) on meta inputs, hooks on every module recording what
+    happens (see :func:`rehearse`): each module's calls, the first call's inputs of the lazy
+    modules that are not lazynn's, the sizes lazynn's read, the failures by module."""
+
+    def __init__(self, root: nn.Module, count_flops: bool) -> None:
+        self.paths: dict[int, str] = {}
+        for p, m in root.named_modules(remove_duplicate=False):
+            self.paths.setdefault(id(m), p)  # a module under two names: its first, as the rows
+        self.modules = dict(root.named_modules())
+        #: lazy modules by path, and their class before the run (they build as it runs)
+        self.lazy = {p: type(m) for p, m in self.modules.items() if is_lazy_module(m)}
+        self.calls: dict[str, Call] = {}
+        self.sizes: dict[nn.Module, dict[str, Any]] = {}
+        self.inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
+        self.counter = FlopCounterMode(display=False) if count_flops else None
+        self.record = _Record(self.calls, self.counter)
+        self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
+        self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
+
+    def hook(self) -> list[RemovableHandle]:
+        """Attach the recording hooks to every module; their handles."""
+        handles = []
+        for module in self.modules.values():
+            handles.append(
+                module.register_forward_pre_hook(self.pre, prepend=True, with_kwargs=True)
+            )
+            handles.append(
+                module.register_forward_hook(self.post, with_kwargs=True, always_call=True)
+            )
+        return handles
+
+    def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
+        path = self.paths.get(id(module), "?")
+        event = Call(path, shapes((a, k)))
+        self.record.trace.append(event)
+        self._stack.append((path, module, a, k, sys.exc_info()[1], self.record.meter(), event))
+        if path not in self.calls:
+            self.calls[path] = Call(path, event.inputs, count=0)
+            if path in self.lazy and not isinstance(module, LazyLayer):
+                self.inputs[module] = (a, k)
+        self.calls[path].count += 1
+
+    def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
+        path, _, entry_a, entry_k, before, start, event = self._stack.pop()
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not before:  # this module's forward raised
+            self.failures.append((raised, (path, module, entry_a, entry_k)))
+            return
+        call = self.calls[path]
+        event.flops, event.outputs = self.record.meter() - start, shapes(out)
+        call.flops += event.flops
+        if not call.outputs:
+            call.outputs = event.outputs
+        lazy_cls = self.lazy.get(path)
+        if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in self.sizes:
+            self.sizes[module] = self.rehearsing.sizes[id(module)]
+
+    def __call__(self, root: nn.Module, args: Any, kwargs: Any) -> Any:
+        """Run ``root``; a failure raises naming the innermost module whose forward raised
+        (and any layer before it that read its input in a way that may not be meant)."""
+        try:
+            with self.counter if self.counter is not None else contextlib.nullcontext():
+                return root(*args, **kwargs)
+        except Exception as error:
+            failure = error
+            if not isinstance(error, LazynnError):
+                where = next((w for e, w in self.failures if e is error), None)
+                failure = _failure(error, where, self.lazy)
+            for note in self.notes().values():  # (a forgotten batch dimension, say)
+                failure = with_note(failure, note)
+            if failure is error:
+                raise
+            raise failure from error
+
+    def notes(self) -> dict[str, str]:
+        """Path -> why a lazy layer's reading of its input may not be the one meant."""
+        found = ((self.paths.get(i), n) for i, n in self.rehearsing.notes.items())
+        return {p: f"{self.lazy[p].__name__} at '{p}' {n}" for p, n in found if p is not None}
+
+
+def rehearse(
+    model: nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    memoize: bool = True,
+    literal: bool = False,
+    training: bool | None = None,
+    count_flops: bool = False,
+    own: bool = False,
+) -> Rehearsal:
+    """Run ``model`` on meta versions of the examples; return what was learnt.
+
+    The model is only read: a meta twin of it runs (``_twin``), and is thrown away after, so
+    the model is as it was, success or failure, and other threads may use it meanwhile (a
+    build, which changes it, waits for the build lock). ``own``: the model is the caller's to
+    change (a factory's first run): it runs itself. A failure raises
+    :class:`~lazynn.InferenceError` naming the innermost module running when it happened,
+    its type and the input shapes it received. ``memoize`` lets identical repeated blocks
+    reuse one block's result (see ``_memo``). ``training`` runs every module in that mode
+    (None: as each is). ``count_flops`` counts each call's FLOPs with
+    ``torch.utils.flop_counter.FlopCounterMode`` (a skipped block counts its twin's).
+    """
+    if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
+        meta_args = map_tensors(meta_like, tuple(args))
+        meta_kwargs = map_tensors(meta_like, dict(kwargs))
+    else:
+        meta_args = as_meta(tuple(args))
+        meta_kwargs = as_meta(dict(kwargs))
+    # (read while no build changes it; its placeholders made as outside inference_mode)
+    with BUILD_LOCK, torch.inference_mode(False):
+        twin = None if own else meta_twin(model, shapes_only=True)
+    root = model if twin is None else twin.root
+    run = _Run(root, count_flops)
+    if training is not None:
+        for module in run.modules.values():
+            module.training = training
+    memo = Memo(root, run.paths, run.record) if memoize else None  # (before the run's hooks)
+    handles = run.hook()
+    here = context()
+    outer, here.rehearsal = here.rehearsal, run.rehearsing
+    drawn, device = RandomState(), MetaDevice()  # (see the module doc)
+    try:
+        # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
+        # device: what the forward creates without a device is meta, and draws nothing)
+        with torch.inference_mode(False), torch.no_grad(), device:
+            output = run(root, meta_args, meta_kwargs)
+    finally:
+        here.rehearsal = outer
+        if device.drew:
+            drawn.restore()
+        if twin is None:  # the caller's model, built in place: nothing of the run stays
+            for handle in handles:
+                handle.remove()
+            if memo is not None:
+                memo.undo()
+    stand_in = _propagate(memo, run.modules, run.calls, run.sizes, run.inputs) if memo else {}
+    mine = dict(model.named_modules())
+    ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
+    return Rehearsal(
+        calls=run.calls,
+        types={p: type(m).__name__ for p, m in ran.items()},
+        tensors={p: _tensor_infos(ran[p], mine[p], twin) for p in run.modules},
+        sizes={_theirs(m, twin): v for m, v in run.sizes.items()},
+        inputs={_theirs(m, twin): v for m, v in run.inputs.items()},
+        unreached=[p for p in run.modules if p in run.lazy and p not in run.calls],
+        output=output,
+        notes=run.notes(),
+    )
+
+
+def warn_notes(notes: Iterable[str]) -> None:
+    """Warn each of a rehearsal's notes (``Rehearsal.notes``) as an AmbiguousInputWarning at
+    the user's line: the model was built as torch reads its inputs; they say how else they
+    may have been meant. Called once the build has succeeded (either form of ``build``)."""
+    for note in notes:
+        warnings.warn(AmbiguousInputWarning(note), stacklevel=user_stacklevel())
+
+
+def _theirs(module: nn.Module, twin: Twin | None) -> nn.Module:
+    """The model's module that a module of the run stands for."""
+    return module if twin is None else twin.original(module)
+
+
+def _propagate(
+    memo: Memo,
+    modules: dict[str, nn.Module],
+    calls: dict[str, Call],
+    sizes: dict[nn.Module, dict[str, Any]],
+    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]],
+) -> dict[str, str]:
+    """Give the lazy modules inside skipped blocks the sizes and inputs their twins learnt
+    (their calls were counted as each block was skipped: ``_Record.skipped``); returns, for each
+    module's path in a skipped block, the path of the module that really ran in its place."""
+    stand_in: dict[str, str] = {}
+    for path, twin in memo.aliases:  # call order: aliases inside a twin come first
+        for sub, _ in modules[path].named_modules():
+            if not sub:
+                continue
+            mine, theirs = f"{path}.{sub}" if path else sub, f"{twin}.{sub}" if twin else sub
+            source = stand_in.get(theirs, theirs)
+            if mine != theirs:  # (a block skipped against its own earlier call stands alone)
+                stand_in[mine] = source
+            if modules[theirs] in sizes:
+                sizes[modules[mine]] = sizes[modules[theirs]]
+            if modules[theirs] in inputs:
+                inputs[modules[mine]] = inputs[modules[theirs]]
+    return stand_in
+
+
+def _tensor_infos(ran: nn.Module, owner: nn.Module, twin: Twin | None) -> list[TensorInfo]:
+    """The own tensors of the module that ran (in the twin, or in its place: memo) as the
+    build will make them, named by ``owner``'s tensors (the model's: ties counted once)."""
+    infos = []
+    for _, name, tensor in own_slots(ran):
+        if is_placeholder(tensor):  # a lazy layer the forward never called
+            continue
+        original = owner._parameters.get(name, owner._buffers.get(name))
+        infos.append(
+            TensorInfo(
+                name=name,
+                shape=tuple(tensor.shape),
+                dtype=tensor.dtype,
+                is_parameter=name in ran._parameters,
+                requires_grad=bool(tensor.requires_grad),
+                persistent=name not in ran._non_persistent_buffers_set,
+                ident=id(original) if original is not None else id(tensor),
+            )
+        )
+    return infos
+
+
+def _failure(
+    error: Exception,
+    where: tuple[str, nn.Module, Any, Any] | None,
+    lazy_before: dict[str, type],
+) -> InferenceError:
+    if where is None:
+        return InferenceError(
+            message(
+                "the model",
+                "example inputs its forward accepts",
+                "inputs that failed before any module ran",
+                "check the example inputs",
+                detail=f"{type(error).__name__}: {error}",
+            )
+        )
+    path, module, a, k = where
+    name = lazy_before.get(path, type(module)).__name__  # a lazy layer, by its own name
+    label = f"{name} at '{path}'" if path else f"{name} (root)"
+    received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in shapes((a, k)))
+    if meta_limitation(error):
+        # nn.AdaptiveLogSoftmaxWithLoss selects rows with torch.nonzero: shapes from values
+        return NeedsValuesError(
+            message(
+                label,
+                "a forward whose shapes follow from its inputs' shapes (build and summary run "
+                "the model on meta tensors, which hold no values)",
+                f"one that needs values (inputs of shapes {received or 'none'})",
+                "build it with a real call, model(example), instead of lazynn.build or "
+                "lazynn.summary; the model is unchanged",
+                detail=f"{type(error).__name__}: {first_line(error)}",
+            )
+        )
+    fix = "check the example inputs' shapes and the layers before this one"
+    if isinstance(error, NotImplementedError):
+        fix = (
+            "the module does not implement this call (its forward is not written, or it does "
+            "not support inputs of these shapes): write its forward, or check the example "
+            "inputs' shapes and the layers before it"
+        )
+    elif "more than 1 value per channel when training" in str(error):
+        fix = (
+            "give a batch of more than one, or run in eval mode (model.eval() before "
+            "lazynn.build; lazynn.summary(..., mode='eval'); lazynn summary --eval)"
+        )
+    return InferenceError(
+        message(
+            label,
+            "inputs it can take (the build ran the model on meta tensors)",
+            f"inputs of shapes {received or 'none'}",
+            f"{fix}; the model is unchanged",
+            detail=f"{type(error).__name__}: {first_line(error)}",
+        )
+    )

@@ -1,0 +1,231 @@
+"""The rehearsal's stand-in for a model: a twin of its module tree holding meta tensors.
+
+A meta rehearsal (``lazynn.build``, ``lazynn.summary``) needs to run the model's forward on
+meta tensors, and lazy layers build themselves as it runs. It never touches the user's model:
+it runs a twin, made by :func:`meta_twin` and thrown away after. So another thread may read
+or run the model meanwhile, nothing needs restoring, and no random generator is rewound.
+
+The twin is the model's call path, with the model's own code: each module is a new instance of
+the same class whose attribute dict is the original's, with
+
+* each parameter and buffer (and tensor kept as a plain attribute, or in a list or dict of
+  one) replaced by a meta tensor of its shape and dtype, one per original (so ties hold), and
+  each placeholder by a meta placeholder;
+* each submodule (and each reference to a module of the tree, in a list or a hook's closure)
+  by its twin;
+* each method bound to the module (``block.forward = types.MethodType(f, block)``, as
+  patching and adapter libraries do) bound to the twin instead, and each function whose
+  closure holds a module of the tree rebuilt with the twins in the closure;
+* each container (dicts, lists, sets: hooks, ``_parameters``, a lazy layer's state) its own
+  copy, so that what the rehearsal changes (a lazy layer's build, a hook it adds, a list the
+  forward appends to) stays in the twin.
+
+Objects of other types are shared (a config, a tokenizer): a forward that keeps modules or
+tensors of the model in such an object reaches the real ones.
+
+>>> import torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+>>> twin = meta_twin(model)
+>>> twin.root[0].weight.device, model[0].weight.device
+(device(type='meta'), device(type='cpu'))
+>>> twin.original(twin.root[0]) is model[0]
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from .._module.placeholder import relocate
+from .._module.state import LazyState
+from .._module.tensors import is_placeholder
+
+__all__ = ["Twin", "meta_twin", "meta_version"]
+
+
+def meta_version(tensor: torch.Tensor) -> torch.Tensor:
+    """A stand-in for a real tensor or a placeholder (any kind): a meta one, but for an
+    integer scalar (a counter), which stays a real CPU scalar."""
+    if is_placeholder(tensor):
+        return relocate(tensor, "meta")
+    if tensor.dim() == 0 and not tensor.is_floating_point() and not tensor.is_complex():
+        # a counter (BatchNorm's num_batches_tracked): a real one, for a forward that reads
+        # it (momentum=None); its value decides no shape (meta, or elsewhere: a zero)
+        if tensor.device.type == "cpu":
+            return tensor.detach().clone()
+        return torch.zeros((), dtype=tensor.dtype)
+    # (a new tensor, even of a meta one: a detached one would share its version counter)
+    meta = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device="meta")
+    meta.requires_grad_(tensor.requires_grad and not isinstance(tensor, nn.Parameter))
+    if isinstance(tensor, nn.Parameter):
+        return nn.Parameter(meta, tensor.requires_grad)
+    return meta
+
+
+@dataclass
+class Twin:
+    """A model's meta twin (see the module doc)."""
+
+    #: the twin of the model
+    root: nn.Module
+    #: id(twin module) -> the model's module
+    modules: dict[int, nn.Module]
+    #: id(twin tensor) -> the model's tensor (a placeholder built in the twin is the same
+    #: object after its build: fills are in place)
+    tensors: dict[int, torch.Tensor]
+
+    def original(self, module: nn.Module) -> nn.Module:
+        """The model's module that ``module`` (of the twin) stands for."""
+        return self.modules[id(module)]
+
+
+_PLAIN = frozenset({bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size})
+
+
+class _Remap:
+    """Maps what the model's objects refer to onto the twin (see the module doc)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.twins: dict[int, Any] = {}
+        self.modules: dict[int, nn.Module] = {}  # twin id -> original
+        self.tensors: dict[int, torch.Tensor] = {}  # twin tensor id -> original
+        for module in model.modules():
+            cls = type(module)
+            twin = cls.__new__(cls)
+            self.twins[id(module)] = twin
+            self.modules[id(twin)] = module
+
+    def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        found = self.twins.get(id(tensor))
+        if found is None:
+            found = self.twins[id(tensor)] = meta_version(tensor)
+            self.tensors[id(found)] = tensor
+        return found  # type: ignore[no-any-return]
+
+    def __call__(self, value: Any) -> Any:
+        if type(value) in _PLAIN:  # (most of a module's attributes: a flag, a size, a name)
+            return value
+        if isinstance(value, torch.Tensor):  # (a meta one too: the run may change it in place)
+            return self.tensor(value)
+        if isinstance(value, nn.Module):
+            return self.twins.get(id(value), value)
+        if isinstance(value, LazyState):
+            state = value.copy()
+            state.placeholders = {k: self(p) for k, p in value.placeholders.items()}
+            return state
+        if isinstance(value, dict):
+            new = type(value).__new__(type(value))
+            new.update((k, self(v)) for k, v in value.items())
+            self.twins[id(value)] = new  # (a hook handle pointing at it follows: handle())
+            return new
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, tuple):
+            items = [self(v) for v in value]
+            if hasattr(value, "_fields"):  # a named tuple
+                return type(value)(*items)
+            return type(value)(items) if type(value) is not tuple else tuple(items)
+        if isinstance(value, (set, frozenset)):
+            return type(value)(self(v) for v in value)
+        if isinstance(value, types.MethodType):
+            owner = self.twins.get(id(value.__self__))
+            return types.MethodType(value.__func__, owner) if owner is not None else value
+        if isinstance(value, types.FunctionType) and value.__closure__:
+            return self._function(value)
+        if isinstance(value, functools.partial):
+            func, args, kwargs = self(value.func), self(value.args), self(value.keywords)
+            return functools.partial(func, *args, **kwargs)
+        return value
+
+    def handle(self, value: RemovableHandle) -> RemovableHandle:
+        """A handle of the same hook in the twin's dicts (a lazy layer's build hook, which
+        its build removes: from the twin, not from the model)."""
+        new = RemovableHandle.__new__(RemovableHandle)
+        new.id = value.id
+        hooks = value.hooks_dict_ref()
+        new.hooks_dict_ref = weakref.ref(self.twins.get(id(hooks), hooks))
+        extra = [ref() for ref in value.extra_dict_ref]
+        new.extra_dict_ref = tuple(weakref.ref(self.twins.get(id(d), d)) for d in extra if d)
+        return new
+
+    def _function(self, fn: types.FunctionType) -> types.FunctionType:
+        """``fn`` itself, or a copy whose closure holds the twins of the model's objects."""
+        cells = fn.__closure__ or ()
+        contents = []
+        for cell in cells:
+            try:
+                contents.append(cell.cell_contents)
+            except ValueError:  # an empty cell (a name not bound yet)
+                return fn
+        remapped = [self(c) if isinstance(c, (nn.Module, torch.Tensor)) else c for c in contents]
+        if all(a is b for a, b in zip(remapped, contents, strict=True)):
+            return fn
+        closure = tuple(types.CellType(c) for c in remapped)
+        new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+        new.__dict__.update(fn.__dict__)
+        new.__kwdefaults__ = fn.__kwdefaults__
+        return new
+
+
+def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
+    """A twin of ``model``'s module tree holding meta tensors (see the module doc). The model
+    is only read. ``shapes_only``: for a run under ``no_grad``, the twin's BatchNorms check
+    their input and return its shape without running their kernel (see
+    :func:`_batch_norm_shapes`)."""
+    remap = _Remap(model)
+    handles = []
+    for module in model.modules():
+        attrs = remap.twins[id(module)].__dict__
+        for key, value in module.__dict__.items():
+            if isinstance(value, RemovableHandle):
+                handles.append((attrs, key, value))  # once every dict has its twin
+            else:
+                attrs[key] = remap(value)
+    for attrs, key, value in handles:
+        attrs[key] = remap.handle(value)
+    if shapes_only:
+        _shapes_only(remap.twins[id(m)] for m in model.modules())
+    return Twin(remap.twins[id(model)], remap.modules, remap.tensors)
+
+
+def _batch_norm_shapes(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A BatchNorm's forward in a rehearsal: its checks of the input, and an output of the
+    input's shape and dtype, without its kernel (on meta, torch's Python decomposition: most
+    of a ResNet's rehearsal). It counts no FLOPs (FlopCounterMode counts none for it)."""
+    norm: Any = module
+    norm._check_input_dim(x)  # (BatchNorm1d/2d/3d's own: the rank)
+    # What _BatchNorm.forward passes to F.batch_norm, whose checks these are: batch
+    # statistics where it trains or keeps no running ones; the tensors it has, of C elements.
+    training = norm.training or (norm.running_mean is None and norm.running_var is None)
+    stats = norm.running_mean if not norm.training or norm.track_running_stats else None
+    channels = x.shape[1]
+    for name, tensor in (("running_mean", stats), ("weight", norm.weight), ("bias", norm.bias)):
+        if tensor is not None and tensor.numel() != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
+    if training and x.numel() // max(channels, 1) == 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {x.size()}"
+        )
+    return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+
+
+def _shapes_only(modules: Iterable[nn.Module]) -> None:
+    """Give the twin's BatchNorms (torch.nn's forward, none of their own) the shape-only
+    forward of :func:`_batch_norm_shapes` (one function: identical blocks stay identical)."""
+    for module in modules:
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and type(module).forward is nn.modules.batchnorm._BatchNorm.forward
+            and "forward" not in module.__dict__
+            and hasattr(module, "_check_input_dim")
+        ):
+            module.__dict__["forward"] = types.MethodType(_batch_norm_shapes, module)

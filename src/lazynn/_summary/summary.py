@@ -1,0 +1,387 @@
+"""summary(): a model's layers, shapes, parameter counts and FLOPs, computed on meta.
+
+Data first, rendering second: :func:`summary` returns a frozen :class:`Summary`, the data of
+``report.py`` with the renderings of ``render.py`` (a table, markdown or JSON). Nothing is
+allocated and the model is not changed (the meta rehearsal runs a twin of it).
+
+A symbolic batch (``Spec(("B", 3, 224, 224))``, ``--input Bx3x224x224``) is found as Keras
+finds its ``None``: the model runs twice, with batches of 2 and 3; a dimension that follows the
+batch reads ``B`` (``2B`` if twice it), and FLOPs are per sample (``2 f(2) - f(3)``: exact for
+costs linear in the batch, as every layer's forward is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._build.factory import draft, is_factory
+from .._errors import InferenceError, LazynnError, first_line, message
+from .._module.mixin import is_lazy_module
+from .._rehearsal.rehearse import Call, Rehearsal, rehearse
+from .._rehearsal.spec import Spec
+from .memory import Memory, optimizer_class, training_memory
+from .render import render
+from .report import Dim, Report, Shape, SummaryRow
+
+__all__ = ["Summary", "summary"]
+
+_MODES = ("train", "eval")
+#: the batch sizes a symbolic batch is tried with (not 1: BatchNorm refuses it in training);
+#: the figures per sample come from the first two, the third checks they are linear
+_TRIES = (2, 3, 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(Report):
+    """The layers of a model as the build makes them (the fields of :class:`Report`: rows,
+    totals, mode, a symbolic batch, the training-memory estimate); ``str()`` renders the
+    default table.
+
+    Totals count each tensor once (shared weights once), and equal
+    ``sum(p.numel() for p in model.parameters())`` of the built model. ``total_flops`` is what
+    ``torch.utils.flop_counter.FlopCounterMode`` counts for one forward of the examples.
+
+    >>> import lazynn
+    >>> from torch import nn
+    >>> report = lazynn.summary(nn.Sequential(lazynn.LazyLinear(8)), (4, 16))
+    >>> report.total_parameters, report.to_dict()["total_params"]
+    (136, 136)
+    >>> print(report.render(format="markdown").splitlines()[2])
+    | Sequential | [4, 16] | [4, 8] | -- | 1.0K |
+    """
+
+    def render(
+        self,
+        format: str = "table",
+        depth: int | None = None,
+        expand: bool = False,
+        width: int | None = 100,
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        """The summary as ``format``: ``"table"`` (text), ``"markdown"`` or ``"json"``.
+
+        Args:
+            depth: the deepest module level shown (0: the model alone); default: the
+                deepest whose table fits in ``SCREEN_ROWS`` rows (40).
+            expand: list every block, instead of one row for identical consecutive blocks.
+            width: the table's widest line, as far as cutting names and shapes (with ``...``,
+                each column keeping 12 characters) can bring it; None: no limit.
+            columns: which of ``input``, ``output``, ``params``, ``param_shapes``,
+                ``param_bytes``, ``buffer_bytes``, ``flops``, ``calls`` to show, in order.
+                Default: ``input``, ``output``, ``params``, ``flops``.
+        """
+        return render(self, format, depth, expand, width, columns)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def summary(
+    model: nn.Module | Callable[[], nn.Module],
+    *example_inputs: Any,
+    mode: str = "train",
+    training: bool = False,
+    optimizer: str | type[torch.optim.Optimizer] = "adamw",
+    **example_kwargs: Any,
+) -> Summary:
+    """Summarize ``model`` for example inputs, built or not, allocating nothing.
+
+    Args:
+        model: any ``nn.Module``; lazy layers are reported with the sizes the examples give.
+            Or its factory (``Net``, ``functools.partial(Net, config)``, a lambda), as for
+            :func:`lazynn.build`: it is constructed on meta only (its ``__init__`` code runs
+            there, drawing nothing).
+        *example_inputs, **example_kwargs: as for :func:`lazynn.build`: tensors, shapes,
+            :class:`lazynn.Spec` (whose first dimension may be a name: a symbolic batch).
+        mode: ``"train"`` (the default, as a first call in training) or ``"eval"``: the
+            mode every module runs the examples in (the model's own modes are kept).
+        training: add an estimate of a training step's memory (``Summary.memory``):
+            parameters, gradients, ``optimizer``'s state and the activations autograd saves,
+            counted on meta (see :func:`lazynn._summary.memory.training_memory`).
+        optimizer: a ``torch.optim`` class or its name (``"adamw"``, ``"sgd"``...), for
+            ``training``.
+
+    Returns a :class:`~lazynn.Summary`: ``str()`` is the table, ``.render(...)`` chooses the
+    depth, format and columns, ``.to_dict()`` is JSON-ready. FLOPs are counted with
+    ``torch.utils.flop_counter.FlopCounterMode`` on meta: the same as it counts for the built
+    model on real tensors.
+
+    >>> import torch, lazynn
+    >>> net = torch.nn.Sequential(lazynn.LazyLinear(8), torch.nn.ReLU(), lazynn.LazyLinear(2))
+    >>> s = lazynn.summary(net, (4, 16))
+    >>> s.total_parameters, s.rows[1].type, s.rows[1].outputs[0][0], s.total_flops
+    (154, 'Linear', (4, 8), 1152)
+    >>> lazynn.summary(net, lazynn.Spec(("B", 16))).rows[-1].outputs[0][0]
+    ('B', 2)
+    >>> lazynn.is_lazy(net)
+    True
+    """
+    if mode not in _MODES:
+        raise LazynnError(
+            message("lazynn.summary", "mode='train' or mode='eval'", repr(mode), "pass one of them")
+        )
+    if training:  # an unknown or refused optimizer, before anything runs
+        optimizer_class(optimizer)
+    if is_factory(model):
+        model, _ = draft(model, "lazynn.summary(factory)")  # type: ignore[arg-type]
+    assert isinstance(model, nn.Module)
+    batch = _symbol(example_inputs, example_kwargs)
+    train = mode == "train"
+    if batch is None:
+        rehearsal = rehearse(
+            model, example_inputs, example_kwargs, training=train, count_flops=True
+        )
+        report = _collect(model, rehearsal, mode, None, None)
+        if training:
+            memory = _estimate(model, example_inputs, example_kwargs, optimizer)
+            report = dataclasses.replace(report, memory=memory)
+        return report
+    tries = [(_substituted(example_inputs, n), _substituted(example_kwargs, n)) for n in _TRIES]
+    runs = []
+    for n, (a, k) in zip(_TRIES, tries, strict=True):
+        try:
+            runs.append(rehearse(model, a, k, training=train, count_flops=True))
+        except LazynnError as error:
+            note = (
+                f" (lazynn.summary ran the symbolic batch {batch!r} as {n}: give every input's "
+                f"batch as {batch}, or the batch as a number)"
+            )
+            raise type(error)(f"{error}{note}") from error
+    _check_batch_free(runs[0], runs[1], batch)
+    _check_linear(
+        {p: tuple(r.calls[p].flops if p in r.calls else 0 for r in runs) for p in runs[0].calls},
+        "FLOPs",
+        batch,
+    )
+    report = _collect(model, runs[0], mode, batch, runs[1])
+    if training:  # per sample: activations are linear in the batch, the rest does not change
+        estimates = [_estimate(model, a, k, optimizer) for a, k in tries]
+        _check_linear(
+            {"": tuple(m.activations for m in estimates)}, "saved activations (bytes)", batch
+        )
+        two, three = estimates[:2]
+        per_sample = max(2 * two.activations - three.activations, 0)
+        memory = dataclasses.replace(two, activations=per_sample)
+        report = dataclasses.replace(report, memory=memory)
+    return report
+
+
+def _check_linear(figures: dict[str, tuple[int, ...]], what: str, batch: str) -> None:
+    """Refuse per-sample figures of a cost that is not linear in the batch (attention across
+    the batch, ``h @ h.T``): ``figures`` by module path, at each batch size tried."""
+    deepest_first = sorted(figures.items(), key=lambda item: -item[0].count(".") - bool(item[0]))
+    for path, (a, b, c) in deepest_first:  # (the module that computes across the batch)
+        if c - b != b - a:
+            tried = ", ".join(
+                f"{v:,} at {batch}={n}" for v, n in zip((a, b, c), _TRIES, strict=True)
+            )
+            raise InferenceError(
+                message(
+                    f"lazynn.summary at '{path}'" if path else "lazynn.summary",
+                    f"{what} linear in the batch, to report them per sample of a symbolic "
+                    f"batch {batch!r}",
+                    f"{what} that are not ({tried}: the model computes across the batch)",
+                    "give the batch as a number (Spec((8, ...)), or --input 8x...): the "
+                    "figures are then exact for that batch",
+                )
+            )
+
+
+def _collect(
+    model: nn.Module, rehearsal: Rehearsal, mode: str, batch: str | None, other: Rehearsal | None
+) -> Summary:
+    """The Summary of ``rehearsal`` (and, with a symbolic batch, of ``other``, at a second
+    batch size: shapes merged, FLOPs per sample)."""
+    lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
+    shape: Callable[
+        [list[tuple[tuple[int, ...], Any]], list[tuple[tuple[int, ...], Any]]], tuple[Shape, ...]
+    ]
+    shape = (lambda a, b: _merge(a, b, batch)) if batch is not None else (lambda a, b: tuple(a))  # type: ignore[misc]
+
+    def calls_of(path: str, r: Rehearsal | None) -> Call | None:
+        return r.calls.get(path) if r is not None else None
+
+    def flops(path: str) -> int:
+        first, second = calls_of(path, rehearsal), calls_of(path, other)
+        if first is None:
+            return 0
+        if second is None:
+            return first.flops
+        return max(2 * first.flops - second.flops, 0)  # per sample: f(1) = 2 f(2) - f(3)
+
+    rows = []
+    owners: dict[int, str] = {}
+    total = trainable = param_bytes = buffer_bytes = 0
+    for path, _ in model.named_modules():
+        infos = rehearsal.tensors.get(path, [])
+        call = rehearsal.calls.get(path)
+        twin = calls_of(path, other)
+        fresh = [i for i in infos if i.ident not in owners]
+        tied = tuple((i.name, owners[i.ident]) for i in infos if i.ident in owners)
+        for info in fresh:
+            owners[info.ident] = f"{path}.{info.name}" if path else info.name
+        params = [i for i in fresh if i.is_parameter]
+        rows.append(
+            SummaryRow(
+                path=path,
+                depth=path.count(".") + 1 if path else 0,
+                type=rehearsal.types[path],
+                lazy_type=lazy_types.get(path),
+                inputs=shape(call.inputs, twin.inputs if twin else []) if call else (),
+                outputs=shape(call.outputs, twin.outputs if twin else []) if call else (),
+                parameters=tuple((i.name, i.shape) for i in infos if i.is_parameter),
+                num_parameters=sum(i.numel for i in params),
+                trainable=sum(i.numel for i in params if i.requires_grad),
+                param_bytes=sum(i.nbytes for i in params),
+                buffer_bytes=sum(i.nbytes for i in fresh if not i.is_parameter),
+                calls=call.count if call else 0,
+                flops=flops(path),
+                tied=tied,
+                note=rehearsal.notes.get(path, ""),
+            )
+        )
+        total += sum(i.numel for i in params)
+        trainable += sum(i.numel for i in params if i.requires_grad)
+        param_bytes += sum(i.nbytes for i in params)
+        buffer_bytes += sum(i.nbytes for i in fresh if not i.is_parameter)
+    root, root_twin = rehearsal.calls.get(""), calls_of("", other)
+    return Summary(
+        model_type=type(model).__name__,
+        rows=tuple(rows),
+        total_parameters=total,
+        trainable_parameters=trainable,
+        parameter_bytes=param_bytes,
+        buffer_bytes=buffer_bytes,
+        inputs=shape(root.inputs, root_twin.inputs if root_twin else []) if root else (),
+        outputs=shape(root.outputs, root_twin.outputs if root_twin else []) if root else (),
+        unreached=tuple(rehearsal.unreached),
+        total_flops=flops(""),
+        mode=mode,
+        batch=batch,
+    )
+
+
+# --- a symbolic batch ---------------------------------------------------------------------------
+
+
+def _specs(value: Any) -> list[Spec]:
+    if isinstance(value, Spec):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [s for v in value for s in _specs(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _specs(v)]
+    return []
+
+
+def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The examples' symbolic dimension name, if any (one name at most)."""
+    specs = _specs([args, kwargs])
+    inner = [s for s in specs if any(isinstance(d, str) for d in s.shape[1:])]
+    if inner:
+        raise LazynnError(
+            message(
+                "lazynn.summary",
+                "a symbolic dimension as the batch only: the first of a shape (Bx3x224x224)",
+                f"Spec{inner[0].shape}",
+                "give the other dimensions as numbers: Spec(('B', 3, 224, 224)), or "
+                "--input Bx3x224x224",
+            )
+        )
+    names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
+    if len(names) > 1:
+        raise LazynnError(
+            message(
+                "lazynn.summary",
+                "one symbolic dimension (the batch) in the example shapes",
+                ", ".join(sorted(names)),
+                "name the batch with one name everywhere (Bx3x224x224, Bx16) and give the "
+                "other dimensions as numbers",
+            )
+        )
+    return next(iter(names), None)
+
+
+def _estimate(
+    model: nn.Module,
+    args: Any,
+    kwargs: dict[str, Any],
+    optimizer: str | type[torch.optim.Optimizer],
+) -> Memory:
+    """The training-memory estimate; a training step's refusal of the examples says so."""
+    try:
+        return training_memory(model, args, kwargs, optimizer)
+    except InferenceError as error:
+        if "more than 1 value per channel when training" not in str(error):
+            raise
+        raise InferenceError(
+            message(
+                "lazynn.summary(training=True)",
+                "examples a training step takes (the estimate runs them in training mode, "
+                "whatever mode= says)",
+                "a batch of one, which BatchNorm refuses in training",
+                "give the estimate a batch of more than one (--input 2x..., with --training)",
+                detail=first_line(error.__cause__ or error).split(" Fix: ")[0],
+            )
+        ) from error
+
+
+def _check_batch_free(first: Rehearsal, second: Rehearsal, batch: str) -> None:
+    """Refuse a model whose tensors' shapes follow the batch (a layer inferring its size from
+    a flattened batch): a symbolic batch cannot describe it."""
+    for path, infos in first.tensors.items():
+        for a, b in zip(infos, second.tensors.get(path, []), strict=False):
+            if a.shape != b.shape:
+                n, m = _TRIES[:2]
+                raise InferenceError(
+                    message(
+                        f"'{path}.{a.name}'" if path else f"'{a.name}'",
+                        "parameter and buffer shapes that do not depend on the batch",
+                        f"{list(a.shape)} at {batch}={n}, {list(b.shape)} at {batch}={m}",
+                        "give the batch as a number (a layer reads its size from it)",
+                    )
+                )
+
+
+def _substituted(value: Any, n: int) -> Any:
+    if isinstance(value, Spec):
+        return Spec(tuple(n if isinstance(d, str) else d for d in value.shape), value.dtype)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_substituted(v, n) for v in value)
+    if isinstance(value, list):
+        return [_substituted(v, n) for v in value]
+    if isinstance(value, dict):
+        return {k: _substituted(v, n) for k, v in value.items()}
+    return value
+
+
+def _dim(a: int, b: int, batch: str) -> Dim:
+    """A dimension seen as ``a`` at the first batch size and ``b`` at the second."""
+    first, second = _TRIES[:2]
+    if a == b:
+        return a
+    if a % first == 0 and b % second == 0 and a // first == b // second:
+        k = a // first
+        return batch if k == 1 else f"{k}{batch}"
+    return "?"
+
+
+def _merge(
+    a: list[tuple[tuple[int, ...], Any]], b: list[tuple[tuple[int, ...], Any]], batch: str
+) -> tuple[Shape, ...]:
+    if len(a) != len(b):
+        return tuple((tuple("?" for _ in dims), dtype) for dims, dtype in a)
+    out: list[Shape] = []
+    for (dims_a, dtype), (dims_b, _) in zip(a, b, strict=True):
+        if len(dims_a) != len(dims_b):
+            out.append((tuple("?" for _ in dims_a), dtype))
+        else:
+            out.append(
+                (tuple(_dim(x, y, batch) for x, y in zip(dims_a, dims_b, strict=True)), dtype)
+            )
+    return tuple(out)
