@@ -41,7 +41,7 @@ from .queue import Entry as QueueEntry
 from .queue import due, ready, run_ready
 from .._rehearsal.rehearse import Rehearsal, TensorInfo, rehearse, warn_notes
 from .replay import Plan, plan, scratch_init
-from .._module.snapshot import RandomState, Snapshot
+from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild, find_state
 from .._module.tensors import byte_size, copy_values, is_placeholder, own_slots, own_tensors
 
@@ -346,31 +346,15 @@ def _allocate(
     # (the model's size, for the bar: the eager layers' tensors too, each tie once)
     in_model = {i.ident: i.numel for infos in rehearsal.tensors.values() for i in infos}
     with BUILD_LOCK:
-        rng_before = RandomState()
-        chosen = plan(order, lazy, device, rng_before.cpu)
-        snapshot = Snapshot(model)
+        chosen = plan(order, lazy, device, torch.get_rng_state())
         bar = Progress(total, "lazynn.build", progress, model_total=sum(in_model.values()))
         allocation = _Allocation(rehearsal, chosen, device, dtype, bar)
         try:
             # (inference_mode(False): parameters as a construction outside the mode makes them)
-            with torch.inference_mode(False), torch.no_grad():
-                if chosen.start is not None:
-                    torch.set_rng_state(chosen.start)
-                allocation.queued = due(model)
-                for path, module in order:
-                    state = find_state(module)
-                    if state is not None and module in rehearsal.sizes and is_unbuilt(module):
-                        allocation.run_due(model, before=state.birth)
-                    allocation.visit(path, module, lazy)
-                allocation.run_due(model, before=None)
-                if not allocation.on_meta and (device is not None or dtype is not None):
-                    model.to(device=device, dtype=dtype)
-            run_ready(model)  # work queued with lazynn.on_build, still waiting
-        except BaseException:
-            allocation.undo()
-            snapshot.restore()
-            rng_before.restore()
-            raise
+            with atomic(model, undo=allocation.undo):
+                with torch.inference_mode(False):
+                    _allocate_in_order(model, order, rehearsal, allocation, lazy, device, dtype)
+                run_ready(model)  # work queued with lazynn.on_build, still waiting
         finally:
             bar.close()
         if allocation.on_meta and chosen.start is not None:
@@ -379,6 +363,31 @@ def _allocate(
             torch.set_rng_state(chosen.start)
     for note in [] if quiet else chosen.notes:
         warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+
+
+def _allocate_in_order(
+    model: nn.Module,
+    order: list[tuple[str, nn.Module]],
+    rehearsal: Rehearsal,
+    allocation: _Allocation,
+    lazy: set[nn.Module],
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+) -> None:
+    """The allocation pass: each module in registration order, the work written before each
+    lazy layer's construction run before it (see :class:`_Allocation`)."""
+    with torch.no_grad():
+        if allocation.plan.start is not None:
+            torch.set_rng_state(allocation.plan.start)
+        allocation.queued = due(model)
+        for path, module in order:
+            state = find_state(module)
+            if state is not None and module in rehearsal.sizes and is_unbuilt(module):
+                allocation.run_due(model, before=state.birth)
+            allocation.visit(path, module, lazy)
+        allocation.run_due(model, before=None)
+        if not allocation.on_meta and (device is not None or dtype is not None):
+            model.to(device=device, dtype=dtype)
 
 
 def _slotted(

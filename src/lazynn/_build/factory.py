@@ -40,7 +40,7 @@ from .._layer.base import LazyLayer
 from .._module.mixin import finish, is_lazy_module
 from .queue import run_ready
 from .._rehearsal.rehearse import rehearse, warn_notes
-from .._module.snapshot import RandomState
+from .._module.snapshot import RandomState, atomic
 from .._module.state import (
     BUILD_LOCK,
     FACTORY_BUILT,
@@ -256,14 +256,10 @@ def build_factory(
             "an exact eager twin",
             stacklevel=3,
         )
-    rng = RandomState()
-    try:
+    with atomic():  # (the model is new: a failure drops it; the generators go back)
         with torch.device(device) if device is not None else contextlib.nullcontext():
             model = realize(recipe)
         run_ready(model)  # work queued with lazynn.on_build for the layers built just now
-    except BaseException:
-        rng.restore()
-        raise
     if device is not None and device.type == "meta":
         FACTORY_BUILT[model] = recipe  # materialize() runs it again, on the target
     warn_notes(recipe.notes)

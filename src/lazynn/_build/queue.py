@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .._module.mixin import is_lazy_module, is_unbuilt
-from .._module.snapshot import Snapshot
+from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
 from .._module.tensors import is_placeholder, own_tensors
 
@@ -175,33 +175,16 @@ def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
         if not found:
             return
         modules = list({id(m): m for m, _ in found}.values())
-        snapshots = [Snapshot(m) for m in modules]
-        backup = {
-            id(t): (t, t.detach().clone())
-            for m in modules
-            for sub in m.modules()
-            for t in own_tensors(sub)
-            if not is_placeholder(t) and not t.is_meta
-        }
-        for module in modules:  # taken off first: a queued function may call the model
-            queue = _queue(module)
-            assert queue is not None
-            gone = [e for m, e in found if m is module]
-            left = tuple(e for e in queue.entries if e not in gone)
-            module.__dict__[KEY] = replace(queue, entries=left, running=True)
-        try:
+        # (a failure puts back the modules, their tensors' values and the queues as they were)
+        with atomic(*modules, values=True):
+            for module in modules:  # taken off first: a queued function may call the model
+                queue = _queue(module)
+                assert queue is not None
+                gone = [e for m, e in found if m is module]
+                left = tuple(e for e in queue.entries if e not in gone)
+                module.__dict__[KEY] = replace(queue, entries=left, running=True)
             for module, entry in found:
                 entry.fn(module)
-        except BaseException:
-            for snapshot in snapshots:
-                snapshot.restore()  # structure, and the queues as they were
-            with torch.no_grad():
-                for tensor, value in backup.values():
-                    if tensor.shape == value.shape and tensor.dtype == value.dtype:
-                        tensor.copy_(value)
-                    else:
-                        tensor.data = value
-            raise
         for module in modules:  # done: a queue emptied takes its hooks off
             queue = _queue(module)
             if queue is not None and queue.entries:

@@ -34,7 +34,7 @@ from .._layer.construct import new
 from .._module.deferred import Init
 from .._module.deferred import run as run_inits
 from .._module.mixin import is_lazy_module
-from .._module.snapshot import RandomState, Snapshot
+from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild, quiet
 from .._module.tensors import copy_values, own_slots, own_tensors
 from .adopt import adopt
@@ -351,16 +351,10 @@ def materialize(
     target = torch.device(device) if device is not None else torch.get_default_device()
     recipe = FACTORY_BUILT.get(model)
     if recipe is not None:  # made by lazynn.build(factory, ..., device="meta")
-        with BUILD_LOCK:
-            snapshot, rng = Snapshot(model), RandomState()
-            try:
-                with torch.inference_mode(False):
-                    adopt(model, recipe, target)
-                run_ready(model)  # work queued with lazynn.on_build
-            except BaseException:
-                snapshot.restore()
-                rng.restore()
-                raise
+        with BUILD_LOCK, atomic(model):
+            with torch.inference_mode(False):
+                adopt(model, recipe, target)
+            run_ready(model)  # work queued with lazynn.on_build
         return model
     unbuilt = [p for p, m in model.named_modules() if is_lazy_module(m)]
     if unbuilt:
@@ -391,29 +385,30 @@ def materialize(
         if not isinstance(s, Initialize)
     )
     with BUILD_LOCK:
-        snapshot = Snapshot(model)
-        rng = RandomState()  # initializers that drew before a failure: their draws undone
         bar = Progress(total, "lazynn.materialize", enabled=progress)
         try:
-            run = _Run(target, bar)
-            queued = _last_steps(model, steps)
-            # (inference_mode(False): parameters as a construction outside the mode makes them)
-            with torch.inference_mode(False), torch.no_grad(), Writes() as writes:
-                for index, step in enumerate(steps):
-                    run.run(step)
-                    if index in queued:  # a module with queued work is allocated: run it, as
-                        # its eager construction would at the end of its __init__
-                        with torch.enable_grad():
-                            run_ready(model, only=queued[index])
-                run_inits(run.inits)
-            left = run.unwritten(writes)
-            if left:
-                raise _unwritten_error(left)
-            run_ready(model)  # work queued with lazynn.on_build, still waiting
-        except BaseException:
-            snapshot.restore()
-            rng.restore()
-            raise
+            # (initializers that drew before a failure: their draws undone too)
+            with atomic(model):
+                _run_steps(model, steps, _Run(target, bar))
+                run_ready(model)  # work queued with lazynn.on_build, still waiting
         finally:
             bar.close()
     return model
+
+
+def _run_steps(model: nn.Module, steps: list[Step], run: _Run) -> None:
+    """Run the steps in order; a module with queued work runs it once it is allocated, as its
+    eager construction would at the end of its ``__init__``. Refuses tensors given memory that
+    no initializer wrote."""
+    queued = _last_steps(model, steps)
+    # (inference_mode(False): parameters as a construction outside the mode makes them)
+    with torch.inference_mode(False), torch.no_grad(), Writes() as writes:
+        for index, step in enumerate(steps):
+            run.run(step)
+            if index in queued:
+                with torch.enable_grad():
+                    run_ready(model, only=queued[index])
+        run_inits(run.inits)
+    left = run.unwritten(writes)
+    if left:
+        raise _unwritten_error(left)

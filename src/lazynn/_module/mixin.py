@@ -18,6 +18,7 @@ is overridden here, and tests/test_torch_internals.py checks that this stays so.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Iterator
@@ -38,7 +39,7 @@ from .refusals import (
     scripting_refusal,
     warn_compiled_queue,
 )
-from .snapshot import RandomState, Snapshot, continue_builds, weak
+from .snapshot import RandomState, atomic, continue_builds, weak
 from .state import (
     BUILD_LOCK,
     QUEUE_KEY,
@@ -133,6 +134,24 @@ def finish(module: nn.Module) -> None:
     target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
     if target is not None:
         module.__class__ = target
+
+
+def _initialize(module: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
+    """``module.initialize_parameters(*args, **kwargs)``, which must fill every placeholder."""
+    # (parameters as a construction outside torch.inference_mode makes them)
+    with torch.inference_mode(False):
+        module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
+    if module.has_uninitialized_params():  # type: ignore[operator]
+        left = [n for n, t in module.named_parameters() if is_placeholder(t)]
+        left += [n for n, t in module.named_buffers() if is_placeholder(t)]
+        raise UnbuiltError(
+            message(
+                module_path(module),
+                "initialize_parameters() to materialize every placeholder",
+                f"{left} still unbuilt",
+                "materialize each of them in initialize_parameters()",
+            )
+        )
 
 
 def _call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -239,39 +258,21 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             # (a first call of this module has snapshotted it already, and puts it back; a
             # rehearsal's model is a twin or a draft, thrown away if it fails, on meta)
             own = id(module) not in here.covered and here.rehearsal is None
-            snapshot = Snapshot(module) if own else None
-            # (a construction may draw, then fail; in torch.utils.checkpoint the builds draw
-            # apart from the forward, as the recomputation builds nothing: continue_builds)
+            # (in torch.utils.checkpoint the builds draw apart from the forward, as the
+            # recomputation builds nothing: continue_builds)
             checkpointed = in_checkpoint() if here.rehearsal is None else None
-            rng = RandomState() if own or checkpointed is not None else None
-            if checkpointed is not None and rng is not None:
-                continue_builds(here, checkpointed, rng)
+            forward = RandomState() if checkpointed is not None else None
             here.builds += 1
             try:
-                # (parameters as a construction outside torch.inference_mode makes them)
-                with torch.inference_mode(False):
-                    module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
-                if module.has_uninitialized_params():  # type: ignore[operator]
-                    left = [n for n, t in module.named_parameters() if is_placeholder(t)]
-                    left += [n for n, t in module.named_buffers() if is_placeholder(t)]
-                    raise UnbuiltError(
-                        message(
-                            module_path(module),
-                            "initialize_parameters() to materialize every placeholder",
-                            f"{left} still unbuilt",
-                            "materialize each of them in initialize_parameters()",
-                        )
-                    )
-            except BaseException:
-                if snapshot is not None and rng is not None:
-                    snapshot.restore()
-                    rng.restore()
-                raise
+                with atomic(module) if own else contextlib.nullcontext():
+                    if checkpointed is not None and forward is not None:
+                        continue_builds(here, checkpointed, forward)
+                    _initialize(module, args, kwargs)
             finally:
                 here.builds -= 1
-            if checkpointed is not None and rng is not None:
-                here.build_stream = (weak(checkpointed), rng, RandomState())
-                rng.restore()
+            if checkpointed is not None and forward is not None:
+                here.build_stream = (weak(checkpointed), forward, RandomState())
+                forward.restore()
             finish(module)
             if here.built_here is not None:
                 here.built_here.add(id(module))
@@ -316,8 +317,6 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     ) -> Any:
         """``call(*args, **kwargs)`` (the module's call, which builds it); undone if it fails
         after building this module. Runs under the build lock."""
-        snapshot = Snapshot(self)  # type: ignore[arg-type]
-        rng = RandomState()
         failed = self._lazynn_forward_failed  # (bound now: the build swaps the class)
         name = type(self).__name__
         here = context()
@@ -326,15 +325,15 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         here.built_here, here.deferred = built, deferred
         here.covered.add(id(self))
         try:
-            result = call(*args, **kwargs)
-        except BaseException as error:
-            # (the forward's refusal is worded while the module is still built: its repr)
-            refusal = failed(args, error, name) if id(self) in built else None
-            snapshot.restore()
-            rng.restore()
-            if refusal is None:
-                raise  # the build itself failed, or the error is raised as it is
-            raise refusal from error
+            with atomic(self):  # type: ignore[arg-type]
+                try:
+                    result = call(*args, **kwargs)
+                except BaseException as error:
+                    # (the forward's refusal is worded while the module is still built)
+                    refusal = failed(args, error, name) if id(self) in built else None
+                    if refusal is None:
+                        raise  # the build itself failed, or the error is raised as it is
+                    raise refusal from error
         finally:
             here.covered.discard(id(self))
             if outer is not None:

@@ -1,7 +1,11 @@
-"""Snapshot: everything a build or a meta rehearsal may change in a model, to put back.
+"""The one rollback: everything a build may change in a model, and every random generator, put
+back on failure.
 
-Taken before any change, restored on failure (and always, after a rehearsal), so that "on any
-failure the user's model is left exactly as it was" holds by construction:
+:func:`atomic` is the rollback every door uses (a first call, a layer's build, ``build``,
+``materialize``, a queue's run): what runs inside it happens whole, or not at all. It takes a
+:class:`Snapshot` of each model given and a :class:`RandomState`, and on any exception restores
+them, so that "on any failure the model and every random generator are left as they were"
+holds by construction. A :class:`Snapshot` holds:
 
 * each module's class and attribute dict (``in_features``, hook handles, ``training``...);
 * the content of every dict, set and list a module holds (``_parameters``, ``_buffers``,
@@ -9,22 +13,25 @@ failure the user's model is left exactly as it was" holds by construction:
 * each lazy layer's :class:`~lazynn._module.state.LazyState` (its fields, restored in place);
 * each placeholder's data, class and attributes (a build fills placeholders in place);
 * the value of each real buffer a lazy layer keeps before its build (``known_buffers``:
-  ``num_batches_tracked``), which a build resets and a first call's forward counts in place.
+  ``num_batches_tracked``), which a build resets and a first call's forward counts in place;
+* with ``values=True``, the value of every real tensor (work that may write any of them: a
+  queued initialization).
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from .state import Context, LazyState
-from .tensors import is_placeholder, own_tensors, raw
+from .tensors import is_placeholder, own_slots, own_tensors, raw
 
-__all__ = ["RandomState", "Snapshot", "continue_builds", "weak"]
+__all__ = ["RandomState", "Snapshot", "atomic", "continue_builds", "weak"]
 
 
 class Snapshot:
@@ -39,17 +46,29 @@ class Snapshot:
     LazyLinear(in_features=?, out_features=2, bias=True)
     """
 
-    def __init__(self, root: nn.Module) -> None:
+    def __init__(self, root: nn.Module, values: bool = False) -> None:
         self.modules: list[tuple[nn.Module, type, dict[str, Any]]] = []
         self.containers: list[tuple[Any, Any]] = []
         self.states: list[tuple[LazyState, LazyState]] = []
         self.tensors: list[tuple[torch.Tensor, type, torch.Tensor, dict[str, Any]]] = []
         self.values: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._own: dict[int, dict[str, torch.Tensor | None]] = {}
+        kept: set[int] = set()
         for module in root.modules():
-            for name in getattr(type(module), "known_buffers", ()):
-                known = module._buffers.get(name)
-                if known is not None and not is_placeholder(known) and not known.is_meta:
+            names = (
+                [name for _, name, _ in own_slots(module)]
+                if values
+                else getattr(type(module), "known_buffers", ())
+            )
+            for name in names:
+                known = module._parameters.get(name, module._buffers.get(name))
+                if (
+                    known is not None
+                    and not is_placeholder(known)
+                    and not known.is_meta
+                    and id(known) not in kept
+                ):
+                    kept.add(id(known))
                     self.values.append((known, known.detach().clone()))
             attrs = dict(module.__dict__)
             self._own[id(module)] = {**module._parameters, **module._buffers}
@@ -93,7 +112,9 @@ class Snapshot:
             tensor.__dict__.update(tensor_attrs)
         with torch.no_grad():
             for tensor, value in self.values:
-                if not torch.equal(tensor, value):  # (unchanged: no write, as under torch.func)
+                if tensor.shape != value.shape or tensor.dtype != value.dtype:
+                    tensor.data = value  # (replaced by one of another shape: parametrized)
+                elif not torch.equal(tensor, value):  # (unchanged: no write, as under torch.func)
                     tensor.copy_(value)
 
 
@@ -126,6 +147,40 @@ class RandomState:
         if self.cuda is None or other.cuda is None:
             return self.cuda is other.cuda
         return all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda, strict=True))
+
+
+@contextlib.contextmanager
+def atomic(
+    *models: nn.Module, values: bool = False, undo: Callable[[], None] | None = None
+) -> Iterator[None]:
+    """What runs inside happens whole, or not at all: on any exception, ``undo()`` runs (a
+    step the snapshot cannot see), then every module below each of ``models`` is put back as it
+    was (``values``: the values of its real tensors too) and every random generator, and the
+    exception propagates. A caller that holds no model passes none (generators only).
+
+    >>> import torch, lazynn
+    >>> layer = lazynn.LazyLinear(2)
+    >>> before = torch.get_rng_state()
+    >>> try:
+    ...     with atomic(layer):
+    ...         _ = layer(torch.ones(1, 3))  # builds it, drawing its weights
+    ...         raise KeyError("a later step fails")
+    ... except KeyError:
+    ...     pass
+    >>> lazynn.is_lazy(layer), torch.equal(torch.get_rng_state(), before)
+    (True, True)
+    """
+    snapshots = [Snapshot(model, values=values) for model in models]
+    rng = RandomState()
+    try:
+        yield
+    except BaseException:
+        if undo is not None:
+            undo()
+        for snapshot in snapshots:
+            snapshot.restore()
+        rng.restore()
+        raise
 
 
 def continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:
