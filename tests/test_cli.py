@@ -22,8 +22,9 @@ import pytest
 import torch
 
 import lazynn
-from lazynn._cli.fixes import one_line
+from lazynn._cli.fixes import cli_line, one_line
 from lazynn._cli.main import main
+from lazynn._errors import Fix, LazynnError, message, with_note
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = "examples/digits.py:make_model"
@@ -1117,3 +1118,52 @@ def test_console_script(nets: Path) -> None:
         timeout=60,
     )
     assert_one_line_error(failed.returncode, failed.stdout, failed.stderr, "two_inputs")
+
+
+# --- fixes come from each error's fix key, never from its text ---------------------------------
+
+
+@pytest.mark.parametrize("key", list(Fix))
+def test_every_fix_key_has_the_command_lines_own_words(key: Fix) -> None:
+    # a Python-API error reworded at will: the command line still says its own fix
+    value = {
+        Fix.INPUT_DTYPE: torch.float16,
+        Fix.OPTIMIZER_NAME: "nope",
+        Fix.OPTIMIZER_REFUSED: "LBFGS",
+        Fix.OPTIMIZER_FAILED: ("Adafactor", ("adamw", "sgd"), ""),
+    }.get(key)
+    error = LazynnError(message("anywhere", "what", "other", "reworded fix", key=key, value=value))
+    line = cli_line(error, [("2x5:half", "half")])
+    assert "reworded fix" not in str(line)
+    assert line.fix
+    assert line.fix in one_line(line)
+
+
+def test_an_error_without_a_fix_key_keeps_its_fix_and_loses_its_outcome() -> None:
+    error = LazynnError(message("here", "a", "b", "do this", outcome="the model is unchanged"))
+    assert str(error).endswith("Fix: do this; the model is unchanged")
+    assert one_line(cli_line(error, [])).endswith("Fix: do this")
+
+
+def test_an_error_keeps_its_parts_through_a_pickle_and_a_note() -> None:
+    import pickle
+
+    error = lazynn.InferenceError(message("w", "e", "r", "f", key=Fix.INPUT_LAYOUT))
+    copied = pickle.loads(pickle.dumps(error))
+    assert copied.parts == error.parts
+    assert str(copied) == str(error)
+    noted = with_note(error, "an earlier layer read (3,) as one sample")
+    assert noted.parts.key is Fix.INPUT_LAYOUT  # type: ignore[attr-defined]
+    assert "Note: an earlier layer read (3,) as one sample. Fix: f" in str(noted)
+
+
+@pytest.mark.parametrize("name", ["qint8", "floot"])
+def test_dtype_names_are_read_in_one_place_for_spec_parse_and_the_command_line(
+    name: str, capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    with pytest.raises(lazynn.InferenceError) as caught:
+        lazynn.Spec.parse("2x5", name)
+    main(["summary", f"{nets}:tiny", "--input", f"2x5:{name}"])
+    line = capsys.readouterr().err
+    assert caught.value.parts is not None
+    assert caught.value.parts.received in line

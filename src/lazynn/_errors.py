@@ -5,14 +5,28 @@ Every message says *where* (the module's path in the model and its class), what 
 
     LazyConv2d at 'features.0': expected a 3-d (C, H, W) or 4-d (N, C, H, W) input,
     received shape (8, 3). Fix: pass an image batch, or flatten with lazynn.LazyLinear.
+
+An error keeps those parts (:class:`Parts`, ``error.parts``) as well as their text: a fix key
+(:class:`Fix`) names what the fix asks, so that the command line can say it with its own flags
+without reading the text (rewording a message changes no fix the command line gives).
+
+>>> error = InferenceError(message("LazyLinear at 'fc'", "a tensor", "None",
+...     "call the layer with a tensor", key=Fix.INPUT_TENSOR))
+>>> error.parts.key
+<Fix.INPUT_TENSOR: 'input_tensor'>
+>>> str(error)
+"LazyLinear at 'fc': expected a tensor, received None. Fix: call the layer with a tensor"
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import inspect
 import sys
 import types
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -26,9 +40,11 @@ __all__ = [
     "QUEUE_IT",
     "AmbiguousInputWarning",
     "CheckpointError",
+    "Fix",
     "InferenceError",
     "LazynnError",
     "NeedsValuesError",
+    "Parts",
     "UnbuiltError",
     "first_line",
     "frame_locals",
@@ -63,8 +79,94 @@ INIT_FIX = (
 )
 
 
+class Fix(enum.Enum):
+    """What an error's fix asks for, where a caller with other words for it (the command line,
+    ``_cli/fixes.py``) says it in its own terms. ``Parts.value`` carries what the fix needs
+    (the dtype received, the optimizer named)."""
+
+    #: an input whose rank no accepted layout has
+    INPUT_LAYOUT = "input_layout"
+    #: an input with an empty dimension
+    INPUT_NONEMPTY = "input_nonempty"
+    #: a forward argument that should be a tensor
+    INPUT_TENSOR = "input_tensor"
+    #: a forward that failed on the inputs' shapes (the layers before it may be the cause)
+    INPUT_SHAPES = "input_shapes"
+    #: not one example per argument of the model's forward
+    INPUT_ARGUMENTS = "input_arguments"
+    #: an input on another device than the layer
+    INPUT_DEVICE = "input_device"
+    #: an input of a dtype the layer does not take (value: that dtype)
+    INPUT_DTYPE = "input_dtype"
+    #: token ids given as floating-point numbers to an embedding
+    TOKEN_IDS = "token_ids"
+    #: sizes from which the layer's arguments make no valid layer
+    LAYER_ARGUMENTS = "layer_arguments"
+    #: a first input the built layer's forward refuses
+    VALID_INPUT = "valid_input"
+    #: a batch of one for a BatchNorm in training
+    BATCH_OF_MORE = "batch_of_more"
+    #: a forward whose shapes depend on values (meta tensors have none)
+    NEEDS_VALUES = "needs_values"
+    #: a module whose forward does not implement the call
+    NOT_IMPLEMENTED = "not_implemented"
+    #: the batch given as a number instead of a symbolic one
+    NUMERIC_BATCH = "numeric_batch"
+    #: a symbolic dimension anywhere but first
+    SYMBOLIC_FIRST = "symbolic_first"
+    #: an optimizer name that is not torch.optim's (value: the name given)
+    OPTIMIZER_NAME = "optimizer_name"
+    #: an optimizer the estimate cannot step (value: its class name)
+    OPTIMIZER_REFUSED = "optimizer_refused"
+    #: an optimizer that failed on meta (value: its class name, the others to try, a limit)
+    OPTIMIZER_FAILED = "optimizer_failed"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """An error's message in parts: ``str(parts)`` is its text,
+    ``"{where}: expected {expected}, received {received}. ({detail}) Note: {note}. Fix: {fix};
+    {outcome}"``."""
+
+    where: str
+    expected: str
+    received: str
+    fix: str
+    #: the words of the error underneath (torch's), shown in parentheses
+    detail: str = ""
+    #: what the fix asks for, for callers that word it otherwise
+    key: Fix | None = None
+    #: what the fix needs (see :class:`Fix`)
+    value: Any = None
+    #: what the failure left as it was ("the model is unchanged"), after the fix
+    outcome: str = ""
+    #: notes added on the way out (an earlier layer's ambiguous reading)
+    notes: tuple[str, ...] = ()
+
+    def head(self) -> str:
+        """The text before the fix: where, expected, received, detail and notes."""
+        text = f"{self.where}: expected {self.expected}, received {self.received}"
+        text += "" if text.endswith(("?", ".")) else "."
+        if self.detail:
+            text += f" ({self.detail})"
+        for note in self.notes:
+            text = f"{text.rstrip('.')}. Note: {note}."
+        return text
+
+    def __str__(self) -> str:
+        outcome = f"; {self.outcome}" if self.outcome else ""
+        return f"{self.head()} Fix: {self.fix}{outcome}"
+
+
 class LazynnError(Exception):
-    """Base class of every error lazynn raises."""
+    """Base class of every error lazynn raises. ``parts``: its message in parts (see
+    :class:`Parts`), or None for a message given as plain text."""
+
+    parts: Parts | None
+
+    def __init__(self, message: Parts | str = "", *args: Any) -> None:
+        super().__init__(str(message), *args)
+        self.parts = message if isinstance(message, Parts) else None
 
 
 class InferenceError(LazynnError, ValueError, RuntimeError):
@@ -108,12 +210,20 @@ def shape_str(shape: Sequence[int]) -> str:
     return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
 
 
-def message(where: str, expected: str, received: str, fix: str, detail: str = "") -> str:
-    """Word an error: ``"{where}: expected {expected}, received {received}. Fix: {fix}"``."""
-    text = f"{where}: expected {expected}, received {received}."
-    if detail:
-        text += f" ({detail})"
-    return f"{text} Fix: {fix}"
+def message(
+    where: str,
+    expected: str,
+    received: str,
+    fix: str,
+    detail: str = "",
+    *,
+    key: Fix | None = None,
+    value: Any = None,
+    outcome: str = "",
+) -> Parts:
+    """An error's message in its parts (:class:`Parts`; ``str()`` of it is the text
+    ``"{where}: expected {expected}, received {received}. Fix: {fix}"``)."""
+    return Parts(where, expected, received, fix, detail, key, value, outcome)
 
 
 #: CPython before 3.13 caches a frame's locals in a dict the frame keeps (PEP 667 ended that)
@@ -253,6 +363,9 @@ def torch_phrase(what: str) -> str:
 def with_note(error: Exception, note: str) -> Exception:
     """``error`` (a new one of its class) with ``note`` before its fix: ``"... received X.
     Note: NOTE. Fix: ..."``."""
+    parts = getattr(error, "parts", None)
+    if isinstance(parts, Parts):
+        return type(error)(dataclasses.replace(parts, notes=(*parts.notes, note)))
     head, sep, fix = str(error).rpartition(" Fix: ")
     head = (head if sep else str(error)).rstrip(".")
     return type(error)(f"{head}. Note: {note}.{sep}{fix}")

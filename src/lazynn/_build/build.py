@@ -117,8 +117,8 @@ def build_from(
                     "example inputs whose forward calls every lazy layer",
                     "a forward that never called "
                     + ", ".join(f"'{p}'" for p in rehearsal.unreached),
-                    "pass inputs (or a training/eval mode) that reach these layers; the model "
-                    "is unchanged",
+                    "pass inputs (or a training/eval mode) that reach these layers",
+                    outcome="the model is unchanged",
                 )
             )
         _allocate(
@@ -429,8 +429,8 @@ def _allocation_error(
             f"{type(error).__name__}: {first_line(error)}",
             "check the example inputs' sizes (is one far larger than meant?), the memory free "
             "on the device, and the device and dtype asked for; or build on meta "
-            "(lazynn.build(model, example, device='meta'), then lazynn.materialize); the model "
-            "is unchanged",
+            "(lazynn.build(model, example, device='meta'), then lazynn.materialize)",
+            outcome="the model is unchanged",
         )
     )
 

@@ -174,7 +174,8 @@ def learn(
                 "build",
                 "example inputs whose forward calls every lazy layer",
                 "a forward that never called " + ", ".join(f"'{p}'" for p in rehearsal.unreached),
-                "pass inputs (or a training/eval mode) that reach these layers; nothing was built",
+                "pass inputs (or a training/eval mode) that reach these layers",
+                outcome="nothing was built",
             )
         )
     entries = list(drafting.entries)
@@ -217,7 +218,8 @@ def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
                 f"the {expected} lazy layers of the factory's first run",
                 f"{built} the second time",
                 "make the factory construct the same model each time it is called (it runs "
-                "twice: once on meta to learn the sizes, once for real); nothing was built",
+                "twice: once on meta to learn the sizes, once for real)",
+                outcome="nothing was built",
             )
         )
     return model

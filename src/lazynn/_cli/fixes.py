@@ -1,8 +1,8 @@
 """A command-line error as one line: its fix in the command's terms, where the user's code
 raised it, and no C++ stack.
 
-* :func:`cli_fix`: a Python-API fix (``x.to(dtype)``, ``lazynn.summary(..., mode='eval')``)
-  replaced by one the command's user can follow, naming its flags;
+* :func:`cli_line`: an error's fix (``x.to(dtype)``, ``lazynn.summary(..., mode='eval')``)
+  replaced, by its fix key, with one the command's user can follow, naming its flags;
 * :func:`user_frame`: the innermost frame of the user's own code (their file at import, their
   factory, their forward) in the traceback of the original exception, for ``(raised at
   nets.py:42 in forward)``;
@@ -12,112 +12,98 @@ raised it, and no C++ stack.
 from __future__ import annotations
 
 import os
-import re
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from .._errors import LazynnError
+from .._errors import Fix, LazynnError
 from .._module.callers import LAZYNN_FOLDER, is_users
+from .._rehearsal.spec import dtype_named
+from .._summary.report import dtype_name
 from .shapes import MODEL_DTYPES
 from .targets import CommandError
 
-__all__ = ["cli_fix", "one_line", "user_frame", "user_line"]
+__all__ = ["cli_line", "one_line", "user_frame", "user_line"]
 
-_DTYPE_MISMATCH = re.compile(
-    r"expected a torch\.(\w+) input \(the layer's dtype\), received a torch\.(\w+) input"
-)
-_FLOAT_EXPECTED = re.compile(r"expected a floating-point input, received a torch\.(\w+) input")
 _WITH_VALUES = (
     "the summary runs the forward on meta tensors, which have no values: a forward that reads "
     "them (if on a tensor, .item(), .tolist(), a shape computed from values) cannot be "
     "summarized; make that code depend on shapes only (rerun with --traceback to see where "
     "it reads values)"
 )
-#: the Python API's fix (its start) -> the command line's
+#: an error's fix, by its key, as the command line says it
 _FIXES = {
-    "reshape the input": "change the --input shape so that this layer receives one of the "
+    Fix.INPUT_LAYOUT: "change the --input shape so that this layer receives one of the "
     "accepted layouts",
-    "call the layer with a non-empty input": "give --input no 0 dimension",
-    "call the layer with a tensor": "give one --input per tensor argument of the model's "
-    "forward, in order (a parenthesized group, '(2x4, 2x4)', for a tuple of tensors)",
-    "check the example inputs' shapes": "check the --input shapes (and dtypes: ':long' for "
-    "token ids) and the layers before this one",
-    "check the example inputs": "give one --input per argument of the model's forward, in order",
-    "check the input's layout": "check the --input shapes and the layer's arguments in the factory",
-    "call it with a valid input": "check the --input shapes and dtypes",
-    "give a batch of more than one": "give --input a batch of more than one, or pass --eval",
-    "build it with a real call": _WITH_VALUES,
-    "the module does not implement this call": "the module does not implement this call (its "
-    "forward is not written, or it does not support inputs of these shapes): write its "
-    "forward, or check the --input shapes and the layers before it",
-    "move the input": "construct the model without a device in the factory (the command "
+    Fix.INPUT_NONEMPTY: "give --input no 0 dimension",
+    Fix.INPUT_TENSOR: "give one --input per tensor argument of the model's forward, in order "
+    "(a parenthesized group, '(2x4, 2x4)', for a tuple of tensors)",
+    Fix.INPUT_SHAPES: "check the --input shapes (and dtypes: ':long' for token ids) and the "
+    "layers before this one",
+    Fix.INPUT_ARGUMENTS: "give one --input per argument of the model's forward, in order",
+    Fix.INPUT_DEVICE: "construct the model without a device in the factory (the command "
     "constructs and runs it on meta)",
-}
-#: Python-API phrases inside a fix -> the command line's
-_PHRASES = {
-    "Spec(('B', 3, 224, 224)), or --input Bx3x224x224": "--input Bx3x224x224",
-    "(Spec((8, ...)), or --input 8x...)": "(--input 8x... rather than Bx...)",
-    "give the batch as a number (a layer": "give the batch as a number in --input (a layer",
-    "; the model is unchanged": "",
-    "; the layer is still unbuilt": "",
-    "; nothing was built": "",
+    Fix.TOKEN_IDS: "pass token ids as integers: add ':long' to their --input",
+    Fix.LAYER_ARGUMENTS: "check the --input shapes and the layer's arguments in the factory",
+    Fix.VALID_INPUT: "check the --input shapes and dtypes",
+    Fix.BATCH_OF_MORE: "give --input a batch of more than one, or pass --eval",
+    Fix.NEEDS_VALUES: _WITH_VALUES,
+    Fix.NOT_IMPLEMENTED: "the module does not implement this call (its forward is not written, "
+    "or it does not support inputs of these shapes): write its forward, or check the --input "
+    "shapes and the layers before it",
+    Fix.NUMERIC_BATCH: "give the batch as a number in --input (8x... rather than Bx...)",
+    Fix.SYMBOLIC_FIRST: "give the other dimensions as numbers: --input Bx3x224x224",
+    Fix.OPTIMIZER_NAME: "pass one of these names to --optimizer (any case)",
+    Fix.OPTIMIZER_REFUSED: "estimate with another optimizer: one of these names to --optimizer",
 }
 
 
-def _dtype_fix(received: str, leaves: Sequence[tuple[str, str]]) -> str:
+def _dtype_fix(received: torch.dtype, leaves: Sequence[tuple[str, str]]) -> str:
     """The fix for a layer given an input of dtype ``received`` that it does not take;
     ``leaves``: each --input shape's text and dtype name."""
-    given = [
-        (text, name)
-        for text, name in leaves
-        if name and getattr(torch, name, None) == getattr(torch, received)
-    ]
-    drop = " or ".join(f"drop ':{name}' from --input {text}" for text, name in given)
-    dtype = getattr(torch, received)
-    if dtype in MODEL_DTYPES.values():
-        fix = f"pass --dtype {received} (to construct the model in {received})"
+    name = dtype_name(received)
+    given = [(text, n) for text, n in leaves if n and dtype_named(n) == received]
+    drop = " or ".join(f"drop ':{n}' from --input {text}" for text, n in given)
+    if received in MODEL_DTYPES.values():
+        fix = f"pass --dtype {name} (to construct the model in {name})"
         return f"{fix} or {drop}" if drop else fix
-    if dtype.is_floating_point:  # float8...: a storage type, not one a model computes in
+    if received.is_floating_point:  # float8...: a storage type, not one a model computes in
         why = (
             f"this layer computes in the model's dtype, and --dtype takes float32, float64, "
-            f"float16 or bfloat16, not {received}"
+            f"float16 or bfloat16, not {name}"
         )
         return f"{why}: {drop}" if drop else f"{why}: check the --input dtypes"
     floating = "this layer takes floating-point input (token ids go to an nn.Embedding first)"
     return f"{floating}: {drop}" if drop else f"{floating}: check the --input dtypes"
 
 
-def cli_fix(text: str, leaves: Sequence[tuple[str, str]]) -> str:
-    """``text`` with its Python-API fix (``x.to(dtype)``...) replaced by one that names this
-    command's flags, when one applies; otherwise ``text`` unchanged. ``leaves``: each --input
+def _optimizer_failed(value: tuple[str, tuple[str, ...], str]) -> str:
+    """The fix for an optimizer that failed on meta, naming --optimizer."""
+    _, others, limit = value
+    fix = f"estimate with another optimizer: --optimizer {others[0]} (or {', '.join(others[1:])})"
+    return f"{limit}: {fix}" if limit else fix
+
+
+def cli_line(error: LazynnError, leaves: Sequence[tuple[str, str]]) -> CommandError:
+    """``error`` as the command line says it: its fix in the command's terms, by its fix key
+    (an error without a key keeps its fix, without its outcome). ``leaves``: each --input
     shape's text and dtype name (``("2x5:half", "half")``)."""
-    head, sep, fix = text.rpartition(" Fix: ")
-    if not sep:
-        return text
-    mismatch = _DTYPE_MISMATCH.search(head) or _FLOAT_EXPECTED.search(head)
-    if mismatch and "x.to(dtype)" in fix:
-        return f"{head} Fix: {_dtype_fix(mismatch.groups()[-1], leaves)}"
-    if re.search(r"forward\(\) (takes|missing)", head):  # as many inputs as arguments
-        return f"{head} Fix: give one --input per argument of the model's forward, in order"
-    if "'indices'" in head and "Long" in head:  # an nn.Embedding given floats
-        return f"{head} Fix: pass token ids as integers: add ':long' to their --input"
-    if head.startswith("training_memory(optimizer=...)"):
-        head = "--optimizer" + head.removeprefix("training_memory(optimizer=...)")
-        return f"{head} Fix: pass one of these names to --optimizer (any case)"
-    if head.startswith("training_memory(optimizer="):  # one refused, or that failed on meta
-        head = re.sub(r"^training_memory\(optimizer='(\w+)'\)", r"--optimizer \1", head)
-        fix = fix.replace("optimizer=", "--optimizer ").replace("'", "")
-        fix = fix.replace(" or a class", " to --optimizer")
-        return f"{head} Fix: {fix.replace(', or other optimizer_kwargs', '')}"
-    for python, cli in _FIXES.items():
-        if fix.startswith(python):
-            return f"{head} Fix: {cli}"
-    for python, cli in _PHRASES.items():
-        fix = fix.replace(python, cli)
-    return f"{head} Fix: {fix}"
+    parts = error.parts
+    if parts is None or parts.key is None:
+        return CommandError.of(error)
+    where = None
+    fix = _FIXES.get(parts.key, parts.fix)
+    if parts.key is Fix.INPUT_DTYPE:
+        fix = _dtype_fix(parts.value, leaves)
+    elif parts.key is Fix.OPTIMIZER_NAME:
+        where = "--optimizer"
+    elif parts.key is Fix.OPTIMIZER_REFUSED:
+        where = f"--optimizer {parts.value}"
+    elif parts.key is Fix.OPTIMIZER_FAILED:
+        where, fix = f"--optimizer {parts.value[0]}", _optimizer_failed(parts.value)
+    return CommandError.of(error, where, fix)
 
 
 # --- where the user's code raised it -------------------------------------------------------
@@ -189,14 +175,17 @@ def _library(filename: str) -> str:
 def one_line(error: BaseException, hint: bool = True) -> str:
     """The message of ``error`` as printed: where the user's code raised it (before the fix;
     ``hint``: with a pointer to --traceback), torch's C++ frames dropped, on one line."""
-    text = str(error)
-    cut = text.find("Exception raised from ")  # torch's C++ errors carry their stack
+    if isinstance(error, CommandError):
+        line = error
+    else:
+        line = cli_line(error, ()) if isinstance(error, LazynnError) else CommandError(str(error))
+    head, fix = line.head, line.fix
+    cut = head.find("Exception raised from ")  # torch's C++ errors carry their stack
     if cut >= 0:
-        text = text[:cut]
+        head = head[:cut]
     where = user_frame(error)
     if where is not None:
-        hint = hint and "--traceback" not in text  # (the data-dependent fix names it)
-        note = f" ({where}{'; --traceback shows the stack' if hint else ''})"
-        head, sep, fix = text.rpartition(" Fix: ")
-        text = f"{head.rstrip()}{note}{sep}{fix}" if sep else f"{text.rstrip()}{note}"
+        hint = hint and "--traceback" not in fix  # (the fix for values names it already)
+        head = f"{head.rstrip()} ({where}{'; --traceback shows the stack' if hint else ''})"
+    text = f"{head.rstrip()} Fix: {fix}" if fix else head
     return " ".join(text.split())

@@ -4,7 +4,7 @@
 ``package.module:NAME`` (in an importable module), optionally with literal arguments in
 Python call syntax, ``FILE.py:NAME(2, width=64)``. The factory is called on the meta device,
 so even a 70B-parameter model costs no memory; the summary is computed on meta too. Errors
-print one line (what, where, the fix, naming this command's flags; ``_fixes``) and exit with
+print one line (what, where, the fix, naming this command's flags; ``fixes.py``) and exit with
 status 2, no traceback (``--traceback`` prints it before the line). What the user's code
 prints goes to stderr: stdout holds the summary alone.
 """
@@ -25,7 +25,7 @@ import torch
 from .._errors import LazynnError, first_line
 from .._summary.memory import optimizer_class, supported_optimizers
 from .._summary.summary import summary
-from .fixes import cli_fix, one_line, user_line
+from .fixes import cli_line, one_line, user_line
 from .shapes import check_bytes, model_dtype, parse_input
 from .targets import CommandError, construct, load_factory, parse_target
 
@@ -179,13 +179,14 @@ def _check_view(args: argparse.Namespace) -> None:
     if args.format == "json" and args.depth is not None:
         raise CommandError(
             "--depth with --format json: the JSON lists every module, at every depth (each "
-            "row's path says how deep it is), with every figure. Fix: drop --depth, or use "
-            "--format table or markdown"
+            "row's path says how deep it is), with every figure.",
+            "drop --depth, or use --format table or markdown",
         )
     if args.format != "table" and args.width is not None:
         raise CommandError(
             f"--width with --format {args.format}: --width cuts the text table's lines, and "
-            f"{args.format} is not cut. Fix: drop --width, or use --format table"
+            f"{args.format} is not cut.",
+            "drop --width, or use --format table",
         )
 
 
@@ -195,7 +196,7 @@ def _check_optimizer(name: str | None) -> None:
         try:
             optimizer_class(name)
         except LazynnError as error:
-            raise CommandError(cli_fix(str(error), ())) from error
+            raise cli_line(error, ()) from error
 
 
 def _summary(args: argparse.Namespace) -> str:
@@ -223,7 +224,7 @@ def _summary(args: argparse.Namespace) -> str:
                 optimizer=args.optimizer or "adamw",
             )
     except LazynnError as error:
-        raise CommandError(cli_fix(str(error), leaves)) from error
+        raise cli_line(error, leaves) from error
     except CommandError:
         raise
     except Exception as error:  # e.g. a shape too large for torch to describe

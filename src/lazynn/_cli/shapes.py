@@ -13,18 +13,15 @@ Input(value=Spec(shape=(4, 16), dtype=torch.int64), leaves=(('4x16:long', 'long'
 
 from __future__ import annotations
 
-import difflib
-import functools
 import math
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .._errors import InferenceError
-from .._rehearsal.spec import Spec
+from .._rehearsal.spec import Spec, dtype_named, input_dtype, near_miss
 from .targets import CommandError
 
 __all__ = ["MODEL_DTYPES", "Input", "check_bytes", "model_dtype", "parse_input"]
@@ -40,30 +37,8 @@ MODEL_DTYPES = {
     "bfloat16": torch.bfloat16,
 }
 _MODEL_DTYPES_TEXT = "float32 (float), float64 (double), float16 (half), bfloat16"
-#: the usual input dtype names, listed by an error (any torch dtype name is taken)
-_USUAL = "float32, float16, bfloat16, float64, long (int64), int32, int8, uint8, bool"
-_QUANTIZED = (torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4)
 #: how deeply groups may nest: an argument of tuples of tuples is deep already
 _MAX_NESTING = 8
-
-
-@functools.cache
-def _dtype_names() -> dict[str, torch.dtype]:
-    """Every name torch has for a dtype (``float16``, ``half``...), looked up without letting
-    a warning of torch's out."""
-    names = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in dir(torch):
-            value = getattr(torch, name, None)
-            if isinstance(value, torch.dtype) and not name.startswith("_"):
-                names[name] = value
-    return names
-
-
-def _near_miss(name: str, names: list[str]) -> str:
-    close = difflib.get_close_matches(name.lower(), names, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def model_dtype(name: str | None) -> torch.dtype | None:
@@ -73,7 +48,7 @@ def model_dtype(name: str | None) -> torch.dtype | None:
         return None
     if name in MODEL_DTYPES:
         return MODEL_DTYPES[name]
-    known = _dtype_names().get(name)
+    known = dtype_named(name)
     why = ""
     if known is not None:  # a torch dtype, but not one a model can be constructed in
         why = (
@@ -82,25 +57,8 @@ def model_dtype(name: str | None) -> torch.dtype | None:
         )
     raise CommandError(
         f"--dtype: expected one of {_MODEL_DTYPES_TEXT}, received {name!r}{why}"
-        + (_near_miss(name, list(MODEL_DTYPES)) if known is None else "")
+        + (near_miss(name, list(MODEL_DTYPES)) if known is None else "")
     )
-
-
-def _input_dtype(name: str, text: str) -> torch.dtype:
-    """The dtype after the colon of ``--input text``."""
-    dtype = _dtype_names().get(name)
-    if dtype is None:
-        raise CommandError(
-            f"--input {text!r}: expected a torch dtype name after ':' ({_USUAL}...), received "
-            f"{name!r}" + _near_miss(name, list(_dtype_names()))
-        )
-    if dtype in _QUANTIZED:
-        raise CommandError(
-            f"--input {text!r}: quantized dtypes ({name}) are not supported: torch deprecates "
-            "quantized tensors, and a quantized model takes float input (its QuantStub "
-            f"quantizes it). Fix: drop ':{name}' from --input"
-        )
-    return dtype
 
 
 @dataclass(frozen=True)
@@ -117,11 +75,14 @@ def _leaf(text: str, whole: str) -> tuple[Spec, tuple[str, str]]:
     shape, _, dtype = text.strip().partition(":")
     if not shape.strip():
         raise CommandError(f"--input {whole!r}: expected a shape such as 2x3, received {text!r}")
-    resolved = _input_dtype(dtype.strip(), text.strip()) if dtype else None
+    try:
+        resolved = input_dtype(dtype.strip(), text.strip()) if dtype else None
+    except InferenceError as error:
+        raise CommandError.of(error) from error
     try:
         spec = Spec.parse(shape.strip())
     except InferenceError as error:
-        raise CommandError(str(error).replace("--input:", f"--input {whole!r}:", 1)) from error
+        raise CommandError.of(error, where=f"--input {whole!r}") from error
     return Spec(spec.shape, resolved), (text.strip(), dtype.strip())
 
 
@@ -185,7 +146,8 @@ def check_bytes(specs: list[Any], default: torch.dtype) -> None:
             raise CommandError(
                 f"--input: expected shapes whose bytes are below 2**63 (torch counts bytes in "
                 f"int64), received {shape} of {itemsize}-byte elements, "
-                f"{math.prod(sizes) * itemsize:.3g} bytes. Fix: give smaller dimensions"
+                f"{math.prod(sizes) * itemsize:.3g} bytes.",
+                "give smaller dimensions",
             )
 
 

@@ -10,6 +10,7 @@ is evaluated), loaded, and called to construct the model on the meta device.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import importlib
 import inspect
@@ -37,7 +38,25 @@ _LITERALS = "numbers, strings, True, False, None, and tuples, lists or dicts of 
 
 
 class CommandError(Exception):
-    """A user error on the command line: printed as one line."""
+    """A user error on the command line: printed as one line, ``head`` then, when it has one,
+    ``Fix: fix`` (kept apart, so that where the user's code raised it goes between them)."""
+
+    def __init__(self, head: str, fix: str = "") -> None:
+        super().__init__(f"{head} Fix: {fix}" if fix else head)
+        self.head, self.fix = head, fix
+
+    @classmethod
+    def of(
+        cls, error: LazynnError, where: str | None = None, fix: str | None = None
+    ) -> CommandError:
+        """``error`` as a command-line error (its parts; ``where`` and ``fix`` replace its
+        own, and its outcome, "the model is unchanged", is left out)."""
+        parts = error.parts
+        if parts is None:
+            return cls(str(error))
+        if where is not None:
+            parts = dataclasses.replace(parts, where=where)
+        return cls(parts.head(), parts.fix if fix is None else fix)
 
 
 # --- the target ---------------------------------------------------------------------------
@@ -95,8 +114,8 @@ def _parse_call(source: str, call: str, text: str) -> Target | None:
     except (RecursionError, MemoryError) as error:  # (thousands of nested - or not)
         raise CommandError(
             f"{_cut(text)!r}: the target nests too deeply for Python's parser "
-            f"({type(error).__name__}: {error}). Fix: write the factory's arguments as plain "
-            "literals"
+            f"({type(error).__name__}: {error}).",
+            "write the factory's arguments as plain literals",
         ) from error
     name = _dotted(tree)
     if name is not None:
@@ -272,13 +291,15 @@ def construct(target: Target, factory: Callable[..., Any]) -> nn.Module:
         raise
     except Exception as error:
         text += f" failed: {type(error).__name__}: {first_line(error)}"
+        fix = ""
         if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
-            text += (
-                f". Fix: pass its arguments in the target, in Python call syntax: "
+            text += "."
+            fix = (
+                f"pass its arguments in the target, in Python call syntax: "
                 f"'{target.source}:{target.name}(...)'; its signature: "
                 f"{target.name}{_signature(factory)}"
             )
-        raise CommandError(text) from error
+        raise CommandError(text, fix) from error
     return model
 
 

@@ -165,8 +165,8 @@ def checked_layout(
                 where,
                 f"a checkpoint whose sizes make a valid layer with its arguments ({known})",
                 "a checkpoint giving " + ", ".join(f"{k}={v}" for k, v in sizes.items()),
-                "construct the layer with the arguments the checkpoint was saved with; "
-                "nothing was loaded into this layer",
+                "construct the layer with the arguments the checkpoint was saved with",
+                outcome="nothing was loaded into this layer",
                 detail=str(error),
             )
         ) from error
@@ -182,8 +182,8 @@ def checked_layout(
                 + "): "
                 + ", ".join(f"'{prefix}{key_text(k)}' {shape_str(expected[k])}" for k in wrong),
                 ", ".join(f"{shape_str(v)}" for v in wrong.values()),
-                "construct the layer with the arguments the checkpoint was saved with; "
-                "nothing was loaded into this layer",
+                "construct the layer with the arguments the checkpoint was saved with",
+                outcome="nothing was loaded into this layer",
             )
         )
     return shadow

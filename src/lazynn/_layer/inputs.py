@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-from .._errors import BUILD, InferenceError, message, meta_limitation, module_path, shape_str
+from .._errors import BUILD, Fix, InferenceError, message, meta_limitation, module_path, shape_str
 from .._module.state import quiet
 from .._module.tensors import describe, is_placeholder, map_tensors, meta_like, raw
 from .construct import short_repr
@@ -78,6 +78,7 @@ def read_sizes(
                     f"{spec.accepted()} (a tensor) to infer {name}",
                     describe(value),
                     "call the layer with a tensor",
+                    key=Fix.INPUT_TENSOR,
                 )
             )
         size = spec.read(value.shape)
@@ -88,6 +89,7 @@ def read_sizes(
                     f"{spec.accepted()} to infer {name}",
                     f"shape {shape_str(value.shape)}",
                     "reshape the input to one of the accepted layouts",
+                    key=Fix.INPUT_LAYOUT,
                 )
             )
         if min(size if isinstance(size, tuple) else (size,)) < 1:
@@ -97,6 +99,7 @@ def read_sizes(
                     f"a positive {name} (read from the input's shape)",
                     f"shape {shape_str(value.shape)}, which gives {name}={size}",
                     "call the layer with a non-empty input",
+                    key=Fix.INPUT_NONEMPTY,
                 )
             )
         sizes[name] = size
@@ -129,6 +132,7 @@ def check_input(
                     f"an input on {value.device} (to infer {name})",
                     "move the input (x.to(device)) or the layer (layer.to(device)) before "
                     f"the first call, or use {BUILD} for a dry run",
+                    key=Fix.INPUT_DEVICE,
                 )
             )
         dtype = value.dtype
@@ -150,6 +154,8 @@ def check_input(
                     f"a {dtype} input (to infer {name})",
                     "cast the input (x.to(dtype)) or the layer (layer.to(dtype)) "
                     "before the first call",
+                    key=Fix.INPUT_DTYPE,
+                    value=dtype,
                 )
             )
 
@@ -174,6 +180,7 @@ def construct_checked(
                 + ", ".join(f"{k}={v}" for k, v in sizes.items()),
                 "check the input's layout and the layer's arguments",
                 detail=str(error),
+                key=Fix.LAYER_ARGUMENTS,
             )
         ) from error
 
@@ -193,10 +200,12 @@ def forward_error(
             module_path(layer, name=name),
             f"an input that {short_repr(built)} accepts",
             describe(args[0] if len(args) == 1 else args),
-            "call it with a valid input; the layer is still unbuilt",
+            "call it with a valid input",
             detail=str(error).strip().splitlines()[0]
             if str(error).strip()
             else type(error).__name__,
+            key=Fix.VALID_INPUT,
+            outcome="the layer is still unbuilt",
         )
     )
 
@@ -239,8 +248,8 @@ def substitute_error(
             describe_substitute(current),
             "tie layers whose inputs give the weight one shape (or tie them after "
             "the build: lazynn.on_build); for torch.func, build the model with a "
-            "plain call first (model(example)), then take its parameters; the layer "
-            "is still unbuilt",
+            "plain call first (model(example)), then take its parameters",
+            outcome="the layer is still unbuilt",
         )
     )
 

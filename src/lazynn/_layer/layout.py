@@ -80,7 +80,8 @@ def _take(program: Constructing, kind: type, kwargs: dict[str, Any]) -> Entry:
                 f"the layers of the factory's first run, in the same order ({first})",
                 f"{_shown(kind, kwargs)} the second time",
                 "make the factory construct the same model each time it is called (it runs "
-                "twice: once on meta to learn the sizes, once for real); nothing was built",
+                "twice: once on meta to learn the sizes, once for real)",
+                outcome="nothing was built",
             )
         )
     return entry

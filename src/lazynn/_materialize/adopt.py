@@ -84,8 +84,8 @@ def adopt(model: nn.Module, recipe: FactoryRecipe, target: torch.device) -> None
                 + ", ".join(f"'{m}'" for m in missing[:8])
                 + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""),
                 "materialize the model as lazynn.build made it (sharding and loading with "
-                "assign=True are fine; other changes made on meta are not); the model is "
-                "unchanged",
+                "assign=True are fine; other changes made on meta are not)",
+                outcome="the model is unchanged",
             )
         )
     adopted: dict[int, torch.Tensor] = {}
@@ -110,7 +110,8 @@ def _taken(tensor: torch.Tensor, value: torch.Tensor, target: torch.device, name
                     "(Shard, Replicate)",
                     f"the placements {tuple(shard.placements)}",  # type: ignore[attr-defined]
                     "shard parameters with Shard or Replicate placements (a Partial parameter "
-                    "holds no block of its values); the model is unchanged",
+                    "holds no block of its values)",
+                    outcome="the model is unchanged",
                 )
             )
         local = shard.to_local()  # type: ignore[attr-defined]

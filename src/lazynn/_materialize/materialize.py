@@ -304,7 +304,8 @@ def _unwritten_error(left: list[str]) -> LazynnError:
             "uninitialized memory",
             "construct the model with lazynn.build(Net, example, device='meta') (the factory "
             "form: materialize then runs your __init__ itself), or set these tensors in the "
-            "module's reset_parameters(); the model is unchanged, on meta",
+            "module's reset_parameters()",
+            outcome="the model is unchanged, on meta",
         )
     )
 

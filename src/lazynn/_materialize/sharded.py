@@ -260,8 +260,8 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 what,
                 fix
                 or "materialize before sharding, or shard parameters with Shard or Replicate "
-                "placements (a Partial parameter holds no block of its values); the model is "
-                "unchanged",
+                "placements (a Partial parameter holds no block of its values)",
+                outcome="the model is unchanged",
             )
         )
 
@@ -275,8 +275,8 @@ def sharded_failure(where: str, error: Exception) -> LazynnError:
             "an initializer that runs on sharded parameters (DTensors)",
             f"one that fails there: {type(error).__name__}: {first_line(error)}",
             "initialize it before sharding (materialize, then shard), or write the "
-            "initializer with whole-tensor fills (uniform_, normal_, elementwise ops); the "
-            "model is unchanged",
+            "initializer with whole-tensor fills (uniform_, normal_, elementwise ops)",
+            outcome="the model is unchanged",
         )
     )
 

@@ -16,6 +16,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .._errors import (
     AmbiguousInputWarning,
+    Fix,
     InferenceError,
     LazynnError,
     NeedsValuesError,
@@ -379,6 +381,7 @@ def _failure(
                 "inputs that failed before any module ran",
                 "check the example inputs",
                 detail=f"{type(error).__name__}: {error}",
+                key=Fix.INPUT_ARGUMENTS,
             )
         )
     path, module, a, k = where
@@ -394,28 +397,54 @@ def _failure(
                 "the model on meta tensors, which hold no values)",
                 f"one that needs values (inputs of shapes {received or 'none'})",
                 "build it with a real call, model(example), instead of lazynn.build or "
-                "lazynn.summary; the model is unchanged",
+                "lazynn.summary",
                 detail=f"{type(error).__name__}: {first_line(error)}",
+                key=Fix.NEEDS_VALUES,
+                outcome="the model is unchanged",
             )
         )
-    fix = "check the example inputs' shapes and the layers before this one"
-    if isinstance(error, NotImplementedError):
-        fix = (
-            "the module does not implement this call (its forward is not written, or it does "
-            "not support inputs of these shapes): write its forward, or check the example "
-            "inputs' shapes and the layers before it"
-        )
-    elif "more than 1 value per channel when training" in str(error):
-        fix = (
-            "give a batch of more than one, or run in eval mode (model.eval() before "
-            "lazynn.build; lazynn.summary(..., mode='eval'); lazynn summary --eval)"
-        )
+    key, fix = _fix_of(error, path, module, a)
     return InferenceError(
         message(
             label,
             "inputs it can take (the build ran the model on meta tensors)",
             f"inputs of shapes {received or 'none'}",
-            f"{fix}; the model is unchanged",
+            fix,
             detail=f"{type(error).__name__}: {first_line(error)}",
+            key=key,
+            outcome="the model is unchanged",
         )
     )
+
+
+def _fix_of(error: Exception, path: str, module: nn.Module, args: Any) -> tuple[Fix, str]:
+    """The fix (its key and its words) for a module's forward that failed on meta inputs."""
+    if isinstance(error, NotImplementedError):
+        return Fix.NOT_IMPLEMENTED, (
+            "the module does not implement this call (its forward is not written, or it does "
+            "not support inputs of these shapes): write its forward, or check the example "
+            "inputs' shapes and the layers before it"
+        )
+    if "more than 1 value per channel when training" in str(error):  # (torch's words)
+        return Fix.BATCH_OF_MORE, (
+            "give a batch of more than one, or run in eval mode (model.eval() before "
+            "lazynn.build; lazynn.summary(..., mode='eval'); lazynn summary --eval)"
+        )
+    first = next(iter(shapes(args)), None)
+    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and first and first[1].is_floating_point:
+        return Fix.TOKEN_IDS, "give the embedding integer token ids (torch.long)"
+    if not path and isinstance(error, TypeError) and _refused_arguments(error):
+        return Fix.INPUT_ARGUMENTS, "give one example per argument of the model's forward"
+    return Fix.INPUT_SHAPES, "check the example inputs' shapes and the layers before this one"
+
+
+def _refused_arguments(error: TypeError) -> bool:
+    """Whether Python refused a call's arguments (the model's forward called with too many or
+    too few): the innermost frame of ``error`` is the module's call, not its forward."""
+    trace = error.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    if trace is None:
+        return False
+    # (nn.Module's call machinery, _call_impl or its inner(): torch's own file)
+    return trace.tb_frame.f_code.co_filename.endswith(os.path.join("nn", "modules", "module.py"))

@@ -1,6 +1,7 @@
-"""Example inputs given by shape and dtype: :class:`Spec`, and :func:`as_meta`, which turns
-examples (tensors, Specs, shapes, and structures of them) into the meta tensors a rehearsal
-runs on.
+"""Example inputs given by shape and dtype: :class:`Spec`; dtype names, read in one place for
+the Python API and the command line (:func:`dtype_named`, :func:`input_dtype`); and
+:func:`as_meta`, which turns examples (tensors, Specs, shapes, and structures of them) into the
+meta tensors a rehearsal runs on.
 
 >>> as_meta((Spec((2, 3)), torch.Size([4])))
 (tensor(..., device='meta', size=(2, 3)), tensor(..., device='meta', size=(4,)))
@@ -8,8 +9,11 @@ runs on.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +22,68 @@ import torch
 from .._errors import InferenceError, message
 from .._module.tensors import meta_like
 
-__all__ = ["Spec", "as_meta"]
+__all__ = ["Spec", "as_meta", "dtype_named", "input_dtype", "near_miss"]
+
+#: the usual input dtype names, listed by an error (any torch dtype name is taken)
+_USUAL = "float32, float16, bfloat16, float64, long (int64), int32, int8, uint8, bool"
+_QUANTIZED = (torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4)
+
+
+@functools.cache
+def _dtype_names() -> dict[str, torch.dtype]:
+    """Every name torch has for a dtype (``float16``, ``half``...), looked up without letting
+    a warning of torch's out."""
+    names = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in dir(torch):
+            value = getattr(torch, name, None)
+            if isinstance(value, torch.dtype) and not name.startswith("_"):
+                names[name] = value
+    return names
+
+
+def dtype_named(name: str) -> torch.dtype | None:
+    """The dtype torch names ``name`` (any of its names: ``float16``, ``half``), or None.
+
+    >>> dtype_named("half"), dtype_named("halff")
+    (torch.float16, None)
+    """
+    return _dtype_names().get(name)
+
+
+def near_miss(name: str, names: list[str] | None = None) -> str:
+    """``"; did you mean 'float16'?"`` for a name close to one of ``names`` (default: torch's
+    dtype names), else ``""``."""
+    close = difflib.get_close_matches(name.lower(), names or list(_dtype_names()), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def input_dtype(name: str, text: str) -> torch.dtype:
+    """The dtype of an example input named ``name``, as ``--input`` and :meth:`Spec.parse`
+    take it (``text``: the input as written, for errors): any of torch's dtype names but the
+    quantized ones, which torch deprecates (a quantized model takes float input)."""
+    dtype = dtype_named(name)
+    if dtype is None:
+        raise InferenceError(
+            message(
+                f"--input {text!r}",
+                f"a torch dtype name after ':' ({_USUAL}...)",
+                f"{name!r}{near_miss(name)}",
+                "use one of torch's dtype names",
+            )
+        )
+    if dtype in _QUANTIZED:
+        raise InferenceError(
+            message(
+                f"--input {text!r}",
+                "a dtype torch computes in",
+                f"a quantized dtype ({name}): torch deprecates quantized tensors, and a "
+                "quantized model takes float input (its QuantStub quantizes it)",
+                f"drop ':{name}' from --input",
+            )
+        )
+    return dtype
 
 
 @dataclass(frozen=True)
@@ -82,18 +147,7 @@ class Spec:
                     "give smaller dimensions",
                 )
             )
-        resolved = None
-        if dtype is not None:
-            resolved = getattr(torch, dtype, None)
-            if not isinstance(resolved, torch.dtype):
-                raise InferenceError(
-                    message(
-                        "--dtype",
-                        "a torch dtype name such as float32, float16, bfloat16 or long",
-                        repr(dtype),
-                        "use one of torch's dtype names",
-                    )
-                )
+        resolved = input_dtype(dtype, f"{text}:{dtype}") if dtype is not None else None
         return cls(shape, resolved)
 
 

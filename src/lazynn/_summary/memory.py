@@ -72,7 +72,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 # use it); it compares StorageImpl addresses, which tell meta storages apart. Public module.
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .._errors import InferenceError, LazynnError, first_line, message, meta_limitation
+from .._errors import Fix, InferenceError, LazynnError, first_line, message, meta_limitation
 from .._module.mixin import finish, is_unbuilt
 from .._module.placeholder import is_lazy
 from .._module.snapshot import RandomState
@@ -273,6 +273,8 @@ def optimizer_class(optimizer: str | type[torch.optim.Optimizer]) -> type[torch.
                 "a torch.optim.Optimizer subclass or the name of one: " + ", ".join(supported),
                 repr(optimizer) + (f" (did you mean {close[0]!r}?)" if close else ""),
                 "pass one of these names (any case) or an optimizer class",
+                key=Fix.OPTIMIZER_NAME,
+                value=optimizer,
             )
         )
     if cls.__name__ in _REFUSED and cls.__module__.startswith("torch.optim"):
@@ -283,6 +285,8 @@ def optimizer_class(optimizer: str | type[torch.optim.Optimizer]) -> type[torch.
                 + ", ".join(supported),
                 f"{cls.__name__}: {_REFUSED[cls.__name__]}",
                 "estimate with another optimizer: one of these names (any case) or a class",
+                key=Fix.OPTIMIZER_REFUSED,
+                value=cls.__name__,
             )
         )
     return cls
@@ -344,6 +348,8 @@ def _step_failed(
             f"{cls.__name__}, which failed",
             fix,
             detail=f"{type(error).__name__}: {first_line(error)}",
+            key=Fix.OPTIMIZER_FAILED,
+            value=(cls.__name__, tuple(others), _LIMITS.get(cls.__name__, "")),
         )
     )
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .._build.factory import draft, is_factory
-from .._errors import InferenceError, LazynnError, first_line, message
+from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.mixin import is_lazy_module
 from .._rehearsal.rehearse import Call, Rehearsal, rehearse
 from .._rehearsal.spec import Spec
@@ -188,6 +188,7 @@ def _check_linear(figures: dict[str, tuple[int, ...]], what: str, batch: str) ->
                     f"{what} that are not ({tried}: the model computes across the batch)",
                     "give the batch as a number (Spec((8, ...)), or --input 8x...): the "
                     "figures are then exact for that batch",
+                    key=Fix.NUMERIC_BATCH,
                 )
             )
 
@@ -291,6 +292,7 @@ def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
                 f"Spec{inner[0].shape}",
                 "give the other dimensions as numbers: Spec(('B', 3, 224, 224)), or "
                 "--input Bx3x224x224",
+                key=Fix.SYMBOLIC_FIRST,
             )
         )
     names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
@@ -344,6 +346,7 @@ def _check_batch_free(first: Rehearsal, second: Rehearsal, batch: str) -> None:
                         "parameter and buffer shapes that do not depend on the batch",
                         f"{list(a.shape)} at {batch}={n}, {list(b.shape)} at {batch}={m}",
                         "give the batch as a number (a layer reads its size from it)",
+                        key=Fix.NUMERIC_BATCH,
                     )
                 )
 
