@@ -27,7 +27,7 @@ from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 from torch.func import functional_call, grad, jacrev, vmap
 
 import lazynn
-from lazynn._module.mixin import is_unbuilt
+from lazynn._module.lifecycle import is_unbuilt
 from lazynn._module.tensors import is_placeholder
 from registry import assert_known_initial, lazy_tensors
 

@@ -20,7 +20,7 @@ from torch.func import functional_call
 
 import lazynn
 from compare import assert_same_module
-from lazynn._module.mixin import is_unbuilt
+from lazynn._module.lifecycle import is_unbuilt
 from lazynn._module.tensors import is_placeholder
 from registry import TENSOR_ROWS, Row, assert_known_initial, has_tensors, lazy_tensors
 

@@ -36,7 +36,8 @@ from torch import nn
 
 import lazynn
 from compare import assert_same_module
-from lazynn._module.mixin import LazyModuleMixin, is_unbuilt
+from lazynn._module.lifecycle import is_unbuilt
+from lazynn._module.mixin import LazyModuleMixin
 from lazynn._module.placeholder import fill
 from lazynn._module.tensors import is_placeholder
 from pauses import MetaPause

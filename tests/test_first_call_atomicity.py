@@ -37,7 +37,7 @@ from torch import nn
 
 import lazynn
 from compare import assert_same_module
-from lazynn._module.mixin import is_unbuilt
+from lazynn._module.lifecycle import is_unbuilt
 from registry import (
     PARAMETER_ROWS,
     ROWS,
@@ -306,7 +306,7 @@ _FUNC_CHILD = textwrap.dedent(
     import sys
     import torch
     import lazynn
-    from lazynn._module.mixin import is_unbuilt
+    from lazynn._module.lifecycle import is_unbuilt
     from registry import ROWS, UNBATCHED, known_tensors, lazy_tensors
 
     kind = sys.argv[1]

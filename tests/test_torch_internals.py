@@ -33,7 +33,7 @@ from torch.utils.hooks import RemovableHandle
 import lazynn
 from lazynn._layer.base import LazyLayer
 from lazynn._layer.construct import MODULE_KEYS as _MODULE_KEYS
-from lazynn._module.mixin import is_unbuilt
+from lazynn._module.lifecycle import is_unbuilt
 from lazynn._module.tensors import raw as _raw
 from lazynn._nn.agnostic import _RankAgnostic
 from registry import Row

@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -34,7 +34,7 @@ from .._errors import (
 from .factory import build_factory, is_factory
 from .._layer.infer import CLASS_KEY
 from .._layer.base import LazyLayer
-from .._module.mixin import finish, is_lazy_module, is_unbuilt
+from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
 from .._module.placeholder import relocate
 from .progress import Progress
 from .queue import Entry as QueueEntry
@@ -90,9 +90,9 @@ def build(
     if is_factory(model):
         target = torch.device(device) if device is not None else None
         made = build_factory(model, example_inputs, example_kwargs, target, dtype)
-        return made  # type: ignore[return-value]
+        return cast(M, made)
     assert isinstance(model, nn.Module)
-    return build_from(model, example_inputs, example_kwargs, device, dtype, progress)  # type: ignore[return-value]
+    return build_from(cast(M, model), example_inputs, example_kwargs, device, dtype, progress)
 
 
 def build_from(
@@ -286,7 +286,7 @@ class _Allocation:
         """torch's lazy modules and custom mixins: their own build, from their meta inputs."""
         _retarget(module, self.device, self.dtype)
         a, k = self.rehearsal.inputs[module]
-        module._infer_parameters(module, a, k)  # type: ignore[operator]
+        build_lazy_module(module, a, k)
         self.bar.advance(sum(t.numel() for t in module.parameters()))
 
     def replayed(self, module: nn.Module) -> None:

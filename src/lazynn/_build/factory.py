@@ -37,7 +37,7 @@ from torch.nn.modules import module as torch_module
 from .._module.deferred import PROBE
 from .._errors import InferenceError, LazynnError, message
 from .._layer.base import LazyLayer
-from .._module.mixin import finish, is_lazy_module
+from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
 from .queue import run_ready
 from .._rehearsal.rehearse import rehearse, warn_notes
 from .._module.snapshot import RandomState, atomic
@@ -233,7 +233,7 @@ def realize(recipe: FactoryRecipe) -> nn.Module:
         for path, (args, kwargs) in recipe.others.items():
             module = model.get_submodule(path)
             if is_lazy_module(module):  # torch's lazy layers, custom mixins: their own build
-                module._infer_parameters(module, args, kwargs)  # type: ignore[operator]
+                build_lazy_module(module, args, kwargs)
     if recipe.dtype is not None:
         model.to(recipe.dtype)
     return model

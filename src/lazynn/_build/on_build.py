@@ -52,7 +52,7 @@ from .build import build_from
 from .._module.callers import untraced
 from .._layer.checkpoint import WithAliases
 from .._errors import LazynnError, NeedsValuesError, message, module_path
-from .._module.mixin import in_build, is_unbuilt, rehearsing
+from .._module.lifecycle import in_build, is_unbuilt, rehearsing
 from .queue import (
     Entry,
     add,
@@ -135,7 +135,7 @@ def on_build(module: M, fn: Callable[[M], object]) -> OnBuildHandle:
         if ready(module) and not due(module):
             fn(module)
             return OnBuildHandle(None, None)
-        entry, first = add(module, fn)  # type: ignore[arg-type]
+        entry, first = add(module, fn)
         if first:
             # prepend: the build sees the call's own arguments, before other pre-hooks run
             module.register_forward_pre_hook(_before_forward, prepend=True, with_kwargs=True)

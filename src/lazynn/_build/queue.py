@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._module.mixin import is_lazy_module, is_unbuilt
+from .._module.lifecycle import is_lazy_module, is_unbuilt
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
 from .._module.tensors import is_placeholder, own_tensors

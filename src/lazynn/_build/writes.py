@@ -38,10 +38,10 @@ def _key(tensor: torch.Tensor) -> StorageWeakRef:
     while it is held, no other storage can take the written one's place (a temporary an
     initializer wrote and freed does not make a later tensor at its address look written)."""
     local = getattr(tensor, "_local_tensor", tensor)
-    return StorageWeakRef(local.untyped_storage())  # type: ignore[no-untyped-call]
+    return StorageWeakRef(local.untyped_storage())
 
 
-class Writes(TorchDispatchMode):  # type: ignore[no-untyped-call]
+class Writes(TorchDispatchMode):
     """Records the storages written while active (see the module doc)."""
 
     def __init__(self) -> None:

@@ -41,7 +41,8 @@ from .._errors import (
 from .._module.callers import under_dynamo, untraced
 from .._module.deferred import Init, inits_of
 from .._module.deferred import run as run_inits
-from .._module.mixin import LazyModuleMixin, finish, in_build, is_unbuilt, rehearsing, warn_built
+from .._module.lifecycle import finish, in_build, is_unbuilt, rehearsing, warn_built
+from .._module.mixin import LazyModuleMixin
 from .._module.placeholder import fill
 from .._module.snapshot import RandomState
 from .._module.state import LazyState, context, lazy_state
@@ -89,7 +90,7 @@ class LazyLayer(LazyModuleMixin):
             the parameters' (as ``nn.Linear`` and convolutions require).
     """
 
-    cls_to_become: type[nn.Module]  # type: ignore[assignment]
+    cls_to_become: type[nn.Module]
     inferred: ClassVar[Mapping[str, Infer]]
     mixed_precision_input: ClassVar[bool] = False
     #: whether any floating input dtype is accepted (nn.RMSNorm computes mixed dtypes)
@@ -154,7 +155,7 @@ class LazyLayer(LazyModuleMixin):
 
     def __copy__(self) -> LazyLayer:
         new = super().__copy__()
-        if is_unbuilt(self):  # type: ignore[arg-type]
+        if is_unbuilt(self):
             # The submodules hold this layer's placeholders: a copy that builds on its own
             # needs its own (a built layer's copy shares them, as torch's does).
             for name, child in self._modules.items():
@@ -175,7 +176,7 @@ class LazyLayer(LazyModuleMixin):
         """The inferred sizes a call's inputs give (recorded for a rehearsal in progress)."""
         names = forward_names(self.cls_to_become)  # type: ignore[arg-type]
         specs = self._lazynn_specs()
-        sizes = read_sizes(self, specs, names, args, kwargs)  # type: ignore[arg-type]
+        sizes = read_sizes(self, specs, names, args, kwargs)
         note = next(
             (
                 text
@@ -194,7 +195,7 @@ class LazyLayer(LazyModuleMixin):
             if note is not None:
                 rehearsal.notes[id(self)] = note
         elif note is not None:
-            where = module_path(self)  # type: ignore[arg-type]
+            where = module_path(self)
             warn_built(AmbiguousInputWarning(f"{where} {note}"), stacklevel=4)
         return sizes
 
@@ -202,7 +203,7 @@ class LazyLayer(LazyModuleMixin):
         """The inputs are on the device and of the dtype of the placeholders still in place."""
         installed = slots(self)
         check_input(
-            self,  # type: ignore[arg-type]
+            self,
             self._lazynn_specs(),
             forward_names(self.cls_to_become),  # type: ignore[arg-type]
             (t for k, t in self._lazynn_slots() if is_placeholder(t) and installed.get(k) is t),
@@ -225,7 +226,7 @@ class LazyLayer(LazyModuleMixin):
         directly, it builds completely (class swap included), as a first call would.
         """
         if not in_build():
-            self._infer_parameters(self, args, kwargs)  # type: ignore[arg-type]
+            self._infer_parameters(self, args, kwargs)
             return
         sizes = self._lazynn_read_sizes(args, kwargs)
         self._lazynn_check_dtype(args, kwargs)
@@ -239,14 +240,14 @@ class LazyLayer(LazyModuleMixin):
             # No real forward follows to check the input (dynamo builds, then traces; a layer
             # on meta has no values): the eager layer runs on meta first. (dynamo and sympy
             # are imported on these paths already, so this costs nothing new.)
-            shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)  # type: ignore[arg-type]
+            shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)
             source = shadow if on_meta else None
         else:
             # The first call: the layer is constructed for real, and the forward that follows
             # is the check; if it fails, LazyModuleMixin.__call__ undoes the build, random
             # numbers included. No meta tensor is touched.
             shadow = source = construct_checked(
-                self,  # type: ignore[arg-type]
+                self,
                 lambda: self._lazynn_new_eager(sizes),
                 sizes,
                 args,
@@ -265,7 +266,7 @@ class LazyLayer(LazyModuleMixin):
             error, (LazynnError, NotImplementedError, Warning)
         ):
             return None
-        return forward_error(self, self, args, error, name)  # type: ignore[arg-type]
+        return forward_error(self, self, args, error, name)
 
     def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
         """The layer built with these sizes has the tensors the placeholders stand for.
@@ -279,7 +280,7 @@ class LazyLayer(LazyModuleMixin):
             missing = sorted(key_text(k) for k in declared - built)
             raise InferenceError(
                 message(
-                    module_path(self),  # type: ignore[arg-type]
+                    module_path(self),
                     "inputs that give the layer the parameters it was declared with ("
                     + ", ".join(sorted(key_text(k) for k in declared))
                     + ")",
@@ -349,7 +350,7 @@ class LazyLayer(LazyModuleMixin):
             if current is not tensor and (
                 is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
             ):
-                path = module_path(self)  # type: ignore[arg-type]
+                path = module_path(self)
                 raise substitute_error(path, key_text((prefix, name)), value.shape, current)
             held = raw(tensor)
             target_device = held.device if device is None else value.device
@@ -433,7 +434,7 @@ class LazyLayer(LazyModuleMixin):
             found |= tied
         if not found:
             return  # nothing built in the checkpoint: stay unbuilt
-        where = module_path(self, prefix[:-1])  # type: ignore[arg-type]
+        where = module_path(self, prefix[:-1])
         sizes = self._lazynn_solve_sizes(found, where, prefix)
         shadow = checked_layout(
             lambda chosen: self._lazynn_construct(chosen, "meta"),

@@ -30,7 +30,7 @@ from .._build.factory import realize
 from .._errors import LazynnError, message
 from .._module.state import FactoryRecipe
 from .._module.tensors import own_slots
-from .sharded import region
+from .sharded import block_offset
 
 __all__ = ["adopt"]
 
@@ -101,19 +101,7 @@ def _taken(tensor: torch.Tensor, value: torch.Tensor, target: torch.device, name
     value = value.detach().to(dtype=tensor.dtype)
     if _is_dtensor(tensor):
         shard = torch.empty_like(tensor, device=target)
-        offset = region(shard)
-        if offset is None:
-            raise LazynnError(
-                message(
-                    f"lazynn.materialize at '{name}'",
-                    "sharded parameters whose placements hold a block of the full tensor "
-                    "(Shard, Replicate)",
-                    f"the placements {tuple(shard.placements)}",  # type: ignore[attr-defined]
-                    "shard parameters with Shard or Replicate placements (a Partial parameter "
-                    "holds no block of its values)",
-                    outcome="the model is unchanged",
-                )
-            )
+        offset = block_offset(shard, name)
         local = shard.to_local()  # type: ignore[attr-defined]
         block = tuple(slice(o, o + n) for o, n in zip(offset, local.shape, strict=True))
         with torch.no_grad():

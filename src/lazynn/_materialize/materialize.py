@@ -33,7 +33,7 @@ from .._errors import LazynnError, message
 from .._layer.construct import new
 from .._module.deferred import Init
 from .._module.deferred import run as run_inits
-from .._module.mixin import is_lazy_module
+from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, FACTORY_BUILT, META_BUILT, CopyFrom, Rebuild, quiet
 from .._module.tensors import copy_values, own_slots, own_tensors

@@ -45,7 +45,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import LazynnError, first_line, message
 
-__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode", "region", "sharded_failure"]
+__all__ = [
+    "ShardedInit",
+    "block_offset",
+    "draw_region",
+    "draw_slice",
+    "init_mode",
+    "region",
+    "sharded_failure",
+]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
 _FILLS: dict[Any, Callable[..., Any]] = {
@@ -171,7 +179,7 @@ def region(tensor: Any) -> tuple[int, ...] | None:
 _RANDOM = ("rand", "normal", "bernoulli", "multinomial", "poisson", "uniform", *_RANDOM_PREFIXES)
 
 
-class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
+class ShardedInit(TorchDispatchMode):
     """Random fills of DTensors draw as the full tensor would (see the module doc); what
     cannot be reproduced on shards is refused.
 
@@ -239,9 +247,7 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 "index of it), whose shards are not blocks of the parameter",
                 "initialize it before sharding (materialize, then shard), or fill it whole",
             )
-        offset = region(target)
-        if offset is None:
-            raise self._refuse(f"the placements {tuple(target.placements)}")
+        offset = block_offset(target, self.where)
         if not local.is_contiguous():
             raise self._refuse(
                 f"a random fill ({name}) of part of a sharded parameter (a slice or index)",
@@ -264,6 +270,25 @@ class ShardedInit(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 outcome="the model is unchanged",
             )
         )
+
+
+def block_offset(tensor: Any, where: str) -> tuple[int, ...]:
+    """The offset of this rank's block of a DTensor (:func:`region`); a placement that holds
+    no block of it (``Partial``) is refused, naming ``where``."""
+    offset = region(tensor)
+    if offset is None:
+        raise LazynnError(
+            message(
+                f"lazynn.materialize at '{where}'",
+                "sharded parameters whose placements hold a block of the full tensor (Shard, "
+                "Replicate), so that they take an unsharded model's values",
+                f"the placements {tuple(tensor.placements)}",
+                "materialize before sharding, or shard parameters with Shard or Replicate "
+                "placements (a Partial parameter holds no block of its values)",
+                outcome="the model is unchanged",
+            )
+        )
+    return offset
 
 
 def sharded_failure(where: str, error: Exception) -> LazynnError:

@@ -231,7 +231,7 @@ def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn
     disabled = _DISABLED.get(fn)
     if disabled is None:  # (a plain dict: dynamo warns of traced functools caches)
-        disabled = _DISABLED[fn] = torch.compiler.disable(fn, recursive=True)  # type: ignore[no-untyped-call]
+        disabled = _DISABLED[fn] = torch.compiler.disable(fn, recursive=True)
     return disabled
 
 

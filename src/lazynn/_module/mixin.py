@@ -32,6 +32,14 @@ from torch.utils.hooks import RemovableHandle
 from .._errors import UnbuiltError, message, module_path
 from . import registries  # noqa: F401  (registers the placeholders with torch)
 from .callers import find_tool, in_checkpoint, under_dynamo, untraced, user_stacklevel
+from .lifecycle import (
+    attach,
+    finish,
+    fx_proxy,
+    initialize,
+    is_unbuilt,
+    rehearsing,
+)
 from .refusals import (
     refuse_under_export,
     refuse_under_functorch,
@@ -51,17 +59,7 @@ from .state import (
 )
 from .tensors import is_placeholder, own_slots, own_tensors
 
-__all__ = [
-    "LazyModuleMixin",
-    "attach",
-    "finish",
-    "in_build",
-    "is_lazy_module",
-    "is_unbuilt",
-    "pre_hook",
-    "rehearsing",
-    "warn_built",
-]
+__all__ = ["LazyModuleMixin"]
 
 # Type checkers see the mixin as the nn.Module it is always mixed into.
 if TYPE_CHECKING:
@@ -70,100 +68,8 @@ else:
     _ModuleForTyping = object
 
 
-def rehearsing() -> bool:
-    """Whether this thread is inside a meta rehearsal (see ``_rehearse``): a failure there
-    costs nothing (the model is restored), so layers skip their own meta check."""
-    return context().rehearsal is not None
-
-
-def warn_built(text: str | Warning, stacklevel: int = 2) -> None:
-    """Warn about a build (a text: a UserWarning; or a warning of its own category); inside
-    a first call, once its forward has succeeded."""
-    deferred = context().deferred
-    if deferred is not None:
-        deferred.append(text)
-    else:
-        warnings.warn(text, stacklevel=stacklevel + 1)
-
-
-def in_build() -> bool:
-    """Whether this thread is inside ``_infer_parameters`` (so inside a build)."""
-    return context().builds > 0
-
-
-def pre_hook(
-    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
-) -> None:
-    """The forward pre-hook of an unbuilt module: build it from the call's inputs, as Python
-    also where dynamo compiles the frame running the hook (a nested RNN's, after its graph
-    break): lazynn's machinery is never traced.
-
-    (``kwargs`` may be missing: when an earlier pre-hook of the same call built the module,
-    for ``lazynn.on_build``, this hook is already removed, and ``nn.Module._call_impl``, which
-    listed it before, calls it as a hook without keyword arguments.)
-    """
-    if is_unbuilt(module):
-        untraced(type(module)._infer_parameters)(module, module, args, kwargs)  # type: ignore[attr-defined]
-
-
-def is_unbuilt(module: nn.Module) -> bool:
-    """True while a lazynn module waits for its first input (its pre-hook is attached)."""
-    return "_initialize_hook" in module.__dict__ and isinstance(module, _TorchLazyModuleMixin)
-
-
-def is_lazy_module(module: nn.Module) -> bool:
-    """True for an unbuilt lazy module of any kind (lazynn's, torch's, a custom mixin)."""
-    return isinstance(module, _TorchLazyModuleMixin) and hasattr(module, "_initialize_hook")
-
-
-def attach(module: nn.Module) -> None:
-    """Attach the build hook (last among pre-hooks)."""
-    # `_initialize_hook` is the attribute dynamo and torch.compile look for (see module doc).
-    module._initialize_hook = nn.Module.register_forward_pre_hook(  # type: ignore[assignment]
-        module, pre_hook, with_kwargs=True
-    )
-
-
-def finish(module: nn.Module) -> None:
-    """Detach the lazy machinery: after this the module is plain torch.nn, no overhead."""
-    handle = module.__dict__.pop("_initialize_hook", None)
-    if handle is not None:
-        handle.remove()
-    module.__dict__.pop(STATE_KEY, None)
-    # An instance may have chosen its class (rank-agnostic layers): take it, leave no trace.
-    target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
-    if target is not None:
-        module.__class__ = target
-
-
-def _initialize(module: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
-    """``module.initialize_parameters(*args, **kwargs)``, which must fill every placeholder."""
-    # (parameters as a construction outside torch.inference_mode makes them)
-    with torch.inference_mode(False):
-        module.initialize_parameters(*args, **(kwargs or {}))  # type: ignore[operator]
-    if module.has_uninitialized_params():  # type: ignore[operator]
-        left = [n for n, t in module.named_parameters() if is_placeholder(t)]
-        left += [n for n, t in module.named_buffers() if is_placeholder(t)]
-        raise UnbuiltError(
-            message(
-                module_path(module),
-                "initialize_parameters() to materialize every placeholder",
-                f"{left} still unbuilt",
-                "materialize each of them in initialize_parameters()",
-            )
-        )
-
-
 def _call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return module(*args, **kwargs)
-
-
-def _fx_proxy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
-    """The first ``torch.fx.Proxy`` among a call's arguments (fx is tracing), or None."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.fx.Proxy):
-            return value
-    return None
 
 
 class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
@@ -190,8 +96,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Skip torch's mixin __init__ (it registers torch's hooks); ours attaches lazynn's.
         super(_TorchLazyModuleMixin, self).__init__(*args, **kwargs)
-        attach(self)  # type: ignore[arg-type]
-        record_construction(self)  # type: ignore[arg-type]
+        attach(self)
+        record_construction(self)
 
     # --- quantization ------------------------------------------------------------------------
     @property
@@ -203,7 +109,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         if found is not None and found.name == "quantization":
             raise UnbuiltError(
                 message(
-                    module_path(self),  # type: ignore[arg-type]
+                    module_path(self),
                     "a built model for quantization",
                     "an unbuilt lazy layer",
                     found.fix,
@@ -231,7 +137,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
 
     def _own_tensors(self) -> Iterator[torch.Tensor]:
         """This module's tensors and those of its submodules that are not lazy modules."""
-        stack: list[nn.Module] = [self]  # type: ignore[list-item]
+        stack: list[nn.Module] = [self]
         while stack:
             module = stack.pop()
             yield from own_tensors(module)
@@ -267,7 +173,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 with atomic(module) if own else contextlib.nullcontext():
                     if checkpointed is not None and forward is not None:
                         continue_builds(here, checkpointed, forward)
-                    _initialize(module, args, kwargs)
+                    initialize(module, args, kwargs)
             finally:
                 here.builds -= 1
             if checkpointed is not None and forward is not None:
@@ -290,27 +196,27 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         so a concurrent first call waits and then finds the module built. Only unbuilt
         modules pass through here: the build swaps the class, and with it this method.
         """
-        proxy = _fx_proxy(args, kwargs) if is_unbuilt(self) else None  # type: ignore[arg-type]
+        proxy = fx_proxy(args, kwargs) if is_unbuilt(self) else None
         if proxy is not None:  # (a built module that kept its class: no scan of its inputs)
             # torch.fx.symbolic_trace: a leaf, as fx makes torch's lazy modules (the graph's
             # first run builds it)
             tracer = proxy.tracer
-            return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)  # type: ignore[arg-type,attr-defined]
+            return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)  # type: ignore[attr-defined]
         compiling = torch.compiler.is_compiling()
-        if compiling and is_unbuilt(self) and not self._lazynn_compiles_unbuilt:  # type: ignore[arg-type]
+        if compiling and is_unbuilt(self) and not self._lazynn_compiles_unbuilt:
             # (a layer dynamo cannot build as it traces: after the graph break its refusal
             # made, its first call runs uncompiled, and builds it)
             return untraced(_call)(self, args, kwargs)
-        if compiling or not is_unbuilt(self) or rehearsing():  # type: ignore[arg-type]
+        if compiling or not is_unbuilt(self) or rehearsing():
             # (dynamo may call this on the module it has just built, whose class is swapped:
             # no super() here.)
-            return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
+            return nn.Module.__call__(self, *args, **kwargs)
         with BUILD_LOCK:
-            if is_unbuilt(self):  # type: ignore[arg-type]
+            if is_unbuilt(self):
                 # (super() only under the lock: another thread may swap the class outside it)
                 first_call = untraced(LazyModuleMixin._lazynn_first_call)
-                return first_call(self, super().__call__, args, kwargs)  # type: ignore[no-any-return]
-        return nn.Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]  # built meanwhile
+                return first_call(self, super().__call__, args, kwargs)
+        return nn.Module.__call__(self, *args, **kwargs)  # built meanwhile
 
     def _lazynn_first_call(
         self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -325,7 +231,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         here.built_here, here.deferred = built, deferred
         here.covered.add(id(self))
         try:
-            with atomic(self):  # type: ignore[arg-type]
+            with atomic(self):
                 try:
                     result = call(*args, **kwargs)
                 except BaseException as error:
@@ -354,7 +260,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         ``error`` itself."""
         return None
 
-    def register_forward_pre_hook(  # type: ignore[override]
+    def register_forward_pre_hook(
         self,
         hook: Callable[..., Any],
         *,
@@ -365,13 +271,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
 
         So a user's pre-hook that reshapes the input runs before the sizes are read.
         """
-        handle = super().register_forward_pre_hook(  # type: ignore[misc]
-            hook, prepend=prepend, with_kwargs=with_kwargs
-        )
-        if is_unbuilt(self) and not prepend:  # type: ignore[arg-type]
+        handle = super().register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
+        if is_unbuilt(self) and not prepend:
             self._initialize_hook.remove()
-            attach(self)  # type: ignore[arg-type]
-        return handle  # type: ignore[no-any-return]
+            attach(self)
+        return handle
 
     # --- checkpoints -------------------------------------------------------------------------
     def _lazynn_build_from_state(
@@ -379,7 +283,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     ) -> None:
         """Build from a checkpoint's shapes. Default, as torch: materialize each placeholder
         with its entry's shape; the class swap waits for the first call."""
-        for _, name, tensor in own_slots(self):  # type: ignore[arg-type]
+        for _, name, tensor in own_slots(self):
             value = state_dict.get(prefix + name)
             if (
                 is_placeholder(tensor)
@@ -391,7 +295,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
         meta = args[0] if args and isinstance(args[0], dict) else {}
         eager = self.__dict__.get("cls_to_become") or type(self).cls_to_become
-        if is_unbuilt(self) and eager is not None and isinstance(self, eager):  # type: ignore[arg-type]
+        if is_unbuilt(self) and eager is not None and isinstance(self, eager):
             # Built inside nn.Module's own _load_from_state_dict (as its first pre-hook): after
             # the eager class's _load_from_state_dict has run, which may rename the keys of
             # older checkpoints (torchvision's MLPBlock), and before the values are copied.
@@ -402,21 +306,21 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             handle = self._register_load_state_dict_pre_hook(build)  # type: ignore[no-untyped-call]
             hooks.move_to_end(handle.id, last=False)  # type: ignore[attr-defined]
             try:
-                super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
+                super()._load_from_state_dict(state_dict, prefix, *args)
             finally:
                 handle.remove()
             return
-        if is_unbuilt(self):  # type: ignore[arg-type]
+        if is_unbuilt(self):
             self._lazynn_load_build(state_dict, prefix, meta)
         if isinstance(self, LazyModuleMixin):
-            super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[misc]
+            super()._load_from_state_dict(state_dict, prefix, *args)
         else:  # built just now, and the class swapped: load as the eager class does
             type(self)._load_from_state_dict(self, state_dict, prefix, *args)
 
     def _lazynn_load_build(self, state_dict: Any, prefix: str, meta: dict[str, Any]) -> None:
         """Build from a checkpoint being loaded, once (another thread may build it first)."""
         with BUILD_LOCK:
-            if not is_unbuilt(self):  # type: ignore[arg-type]
+            if not is_unbuilt(self):
                 return
             # load_state_dict(assign=True) passes it in the module's metadata
             assign = bool(meta.get("assign_to_params_buffers", False))
@@ -432,9 +336,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
 
     def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
         # Through the eager class; a placeholder's detach() is a placeholder.
-        super(_TorchLazyModuleMixin, self)._save_to_state_dict(  # type: ignore[misc]
-            destination, prefix, keep_vars
-        )
+        super(_TorchLazyModuleMixin, self)._save_to_state_dict(destination, prefix, keep_vars)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """As ``nn.Module``'s; the unbuilt entries (this layer's and its submodules') are
@@ -460,7 +362,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         for key, value in self.__dict__.items():
             if isinstance(value, (dict, set)):
                 new.__dict__[key] = copy.copy(value)
-        state = find_state(self)  # type: ignore[arg-type]
+        state = find_state(self)
         if state is not None:
             new.__dict__[STATE_KEY] = state.copy()
         tensor_dicts: tuple[dict[str, Any], ...] = (new._parameters, new._buffers)
@@ -468,7 +370,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             for name, tensor in tensors.items():
                 if is_placeholder(tensor):
                     tensors[name] = copy.deepcopy(tensor)
-        if is_unbuilt(self):  # type: ignore[arg-type]
+        if is_unbuilt(self):
             # Its real buffers too (num_batches_tracked), which a build resets and a forward
             # counts in place (a built layer's copy shares them, as torch's does)
             for name in getattr(cls, "known_buffers", ()):
@@ -489,11 +391,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         # torch.jit.script calls this on every submodule before it inspects any of them, so
         # a nested unbuilt layer gets this message rather than one about its `?` sizes.
         if is_unbuilt(self):
-            raise scripting_refusal(self)  # type: ignore[arg-type]
+            raise scripting_refusal(self)
         return self
 
     def _replicate_for_data_parallel(self) -> Any:
-        if not is_unbuilt(self):  # type: ignore[arg-type]
+        if not is_unbuilt(self):
             # built, and kept its class (cls_to_become = None): replicate as nn.Module does
-            return nn.Module._replicate_for_data_parallel(self)  # type: ignore[arg-type,no-untyped-call]
-        raise replication_refusal(self)  # type: ignore[arg-type]
+            return nn.Module._replicate_for_data_parallel(self)
+        raise replication_refusal(self)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -120,7 +120,14 @@ _NATIVE = _CONVERSIONS | {
 }
 
 
-class _Placeholder:
+# Type checkers see the mixin as the tensor it is always mixed into.
+if TYPE_CHECKING:
+    _TensorForTyping = torch.Tensor
+else:
+    _TensorForTyping = object
+
+
+class _Placeholder(_TensorForTyping):
     """Behaviour shared by both placeholders (a mixin; see the module docstring)."""
 
     cls_to_become: ClassVar[type[torch.Tensor]]
@@ -143,14 +150,14 @@ class _Placeholder:
     # --- shape queries are refused, consistently ----------------------------------------
     # (in a factory's first run, its probe answers: see PROBE)
     @property
-    def shape(self) -> torch.Size:
+    def shape(self) -> torch.Size:  # type: ignore[override]
         probe = self.__dict__.get(PROBE)
         if probe is not None:
             return probe.shape  # type: ignore[no-any-return]
         raise self._refuse("Tensor.shape")
 
     @property
-    def ndim(self) -> int:
+    def ndim(self) -> int:  # type: ignore[override]
         probe = self.__dict__.get(PROBE)
         if probe is not None:
             return probe.ndim  # type: ignore[no-any-return]
@@ -192,28 +199,28 @@ class _Placeholder:
         # (run by Python even inside a compiled hook: dynamo cannot read a placeholder's data)
         untraced(_materialize)(self, shape, device, dtype)
 
-    def __repr__(self) -> str:
-        raw = _raw(self)  # type: ignore[arg-type]
-        grad = self.requires_grad  # type: ignore[attr-defined]
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
+        raw = _raw(self)
+        grad = self.requires_grad
         return (
             f"<{type(self).__name__}(dtype={raw.dtype}, device={raw.device}, requires_grad={grad})>"
         )
 
     def _like(self, raw: torch.Tensor, requires_grad: bool) -> torch.Tensor:
         """A new placeholder of this kind around ``raw``, keeping owner and persistence."""
-        new = torch.Tensor._make_subclass(type(self), raw, requires_grad)  # type: ignore[type-var]
+        new = torch.Tensor._make_subclass(type(self), raw, requires_grad)
         for attr in ("_lazynn_owner", "_lazynn_checkpoint", "persistent", "_is_buffer", INITS):
             if attr in self.__dict__:
                 setattr(new, attr, self.__dict__[attr])
         probe = self.__dict__.get(PROBE)
         if probe is not None:  # its own
             new.__dict__[PROBE] = torch.empty(probe.shape, dtype=raw.dtype, device="meta")
-        return new  # type: ignore[return-value]
+        return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
         if id(self) not in memo:
-            raw = _raw(self)  # type: ignore[arg-type]
-            grad: bool = self.requires_grad  # type: ignore[attr-defined]
+            raw = _raw(self)
+            grad: bool = self.requires_grad
             memo[id(self)] = self._like(torch.empty(0, dtype=raw.dtype, device=raw.device), grad)
         return memo[id(self)]  # type: ignore[no-any-return]
 
@@ -251,10 +258,10 @@ class _Placeholder:
             elif func in _ALLOWED_METHODS:
                 return func(*args, **kwargs)
             elif func in _CONVERSIONS and isinstance(self, _Placeholder):
-                raw = func(_raw(self), *args[1:], **kwargs)  # type: ignore[arg-type]
-                if raw is _raw(self) or not isinstance(raw, torch.Tensor):  # type: ignore[arg-type]
+                raw = func(_raw(self), *args[1:], **kwargs)
+                if raw is _raw(self) or not isinstance(raw, torch.Tensor):
                     return self if isinstance(raw, torch.Tensor) else raw  # e.g. p.type() -> str
-                keep_grad = func is not torch.Tensor.detach and self.requires_grad  # type: ignore[attr-defined]
+                keep_grad = func is not torch.Tensor.detach and self.requires_grad
                 return self._like(raw.detach(), keep_grad)
             elif func is torch.Tensor.requires_grad_ and isinstance(self, _Placeholder):
                 return func(*args, **kwargs)
@@ -293,7 +300,7 @@ def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
         placeholder.__dict__.pop(attr, None)
 
 
-class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: ignore[misc,override]
+class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
     """A parameter whose shape is not known yet; becomes an ``nn.Parameter`` when built.
 
     Args:
@@ -317,7 +324,7 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):  # type: 
                 cls, torch.empty(0, device=raw.device, dtype=raw.dtype), grad
             )
             new.__dict__.update(kwargs)
-            return new  # type: ignore[return-value]
+            return new
         try:
             return _new_parameter(cls, *args, **kwargs)
         except TypeError as error:  # (worded as torch's constructor, not the helper)
@@ -336,10 +343,10 @@ def _new_parameter(
     dtype: torch.dtype | None = None,
 ) -> UninitializedParameter:
     data = torch.empty(0, device=device, dtype=dtype)
-    return torch.Tensor._make_subclass(cls, data, requires_grad)  # type: ignore[return-value]
+    return torch.Tensor._make_subclass(cls, data, requires_grad)
 
 
-class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore[misc,override]
+class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
     """A buffer whose shape is not known yet; becomes a plain ``torch.Tensor`` when built.
 
     Args:
@@ -360,9 +367,9 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):  # type: ignore
     ) -> UninitializedBuffer:
         data = torch.empty(0, device=device, dtype=dtype)
         new = torch.Tensor._make_subclass(cls, data, requires_grad)
-        new.persistent = persistent  # type: ignore[attr-defined]
+        new.persistent = persistent
         new._is_buffer = True  # type: ignore[attr-defined]
-        return new  # type: ignore[return-value]
+        return new
 
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         raw = _raw(self)
@@ -391,7 +398,7 @@ def _rebuild(
     else:
         raise TypeError(f"not a lazynn placeholder class: {cls!r}")
     if checkpoint is not None:
-        new._lazynn_checkpoint = checkpoint  # type: ignore[attr-defined,union-attr]
+        new._lazynn_checkpoint = checkpoint  # type: ignore[union-attr]
     return new
 
 
@@ -406,7 +413,7 @@ def relocate(
     if isinstance(placeholder, _Placeholder):
         raw = _raw(placeholder)
         new = torch.empty(0, dtype=dtype or raw.dtype, device=device)
-        return placeholder._like(new, placeholder.requires_grad)  # type: ignore[attr-defined]
+        return placeholder._like(new, placeholder.requires_grad)
     kind: Any = type(placeholder)
     return kind(  # type: ignore[no-any-return]
         requires_grad=placeholder.requires_grad, device=device, dtype=dtype or placeholder.dtype

@@ -132,7 +132,7 @@ class RandomState:
 
     def __init__(self) -> None:
         self.cpu = torch.get_rng_state()
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         self.cuda = torch.cuda.get_rng_state_all() if cuda else None
 
     def restore(self) -> None:

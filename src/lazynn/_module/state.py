@@ -240,7 +240,7 @@ def lazy_state(module: nn.Module) -> LazyState:
     state = module.__dict__.get(STATE_KEY)
     if state is None:
         state = module.__dict__[STATE_KEY] = LazyState()
-    return state  # type: ignore[no-any-return]
+    return state
 
 
 _LAST_RNG_STATE: list[torch.Tensor] = []

@@ -35,7 +35,7 @@ from .._errors import (
 from .._layer.base import LazyLayer
 from .._layer.infer import Infer
 from .._module.callers import under_dynamo
-from .._module.mixin import in_build
+from .._module.lifecycle import in_build
 from .._module.refusals import compile_refusal
 from .._module.state import find_state, lazy_state
 from .._module.tensors import is_placeholder

@@ -16,7 +16,7 @@ from .._errors import module_path
 from .._layer.base import LazyLayer
 from .._layer.infer import CLASS_KEY, Infer
 from .._module.deferred import Init
-from .._module.mixin import is_unbuilt, rehearsing, warn_built
+from .._module.lifecycle import is_unbuilt, rehearsing, warn_built
 from .._module.placeholder import UninitializedParameter, placeholder_for
 from .._module.snapshot import Snapshot
 from .._module.state import find_state, lazy_state

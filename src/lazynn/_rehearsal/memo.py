@@ -23,7 +23,7 @@ from torch import nn
 
 from .._layer.construct import MODULE_KEYS
 from .._layer.infer import UNKNOWN
-from .._module.mixin import pre_hook
+from .._module.lifecycle import pre_hook
 from .._module.state import STATE_KEY, LazyState
 from .._module.tensors import is_placeholder, map_tensors
 

@@ -42,7 +42,7 @@ from .._errors import (
 )
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
-from .._module.mixin import is_lazy_module
+from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import RandomState
 from .._module.state import BUILD_LOCK, Rehearsing, context
 from .._module.tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes

@@ -109,7 +109,7 @@ class _Remap:
         if found is None:
             found = self.twins[id(tensor)] = meta_version(tensor)
             self.tensors[id(found)] = tensor
-        return found  # type: ignore[no-any-return]
+        return found
 
     def __call__(self, value: Any) -> Any:
         if type(value) in _PLAIN:  # (most of a module's attributes: a flag, a size, a name)

@@ -73,7 +73,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .._errors import Fix, InferenceError, LazynnError, first_line, message, meta_limitation
-from .._module.mixin import finish, is_unbuilt
+from .._layer.base import LazyLayer
+from .._module.lifecycle import finish, is_unbuilt
 from .._module.placeholder import is_lazy
 from .._module.snapshot import RandomState
 from .._module.state import BUILD_LOCK
@@ -153,8 +154,8 @@ def training_memory(
             # does not reach stay unbuilt, and are not counted)
             sizes = rehearse(twin, example_inputs, kwargs, own=True).sizes
             for layer, found in sizes.items():  # (in blocks the rehearsal skipped: _memo)
-                if is_unbuilt(layer):
-                    layer._lazynn_build(found)  # type: ignore[operator]
+                if isinstance(layer, LazyLayer) and is_unbuilt(layer):
+                    layer._lazynn_build(found)
                     finish(layer)
         state = [t for t in _unique(twin.parameters(), twin.buffers()) if not is_placeholder(t)]
         trainable = [
@@ -378,7 +379,7 @@ def _unique(*groups: Iterator[torch.Tensor]) -> list[torch.Tensor]:
 
 # --- the activations -----------------------------------------------------------------------
 def _storage_key(tensor: torch.Tensor) -> StorageWeakRef:
-    return StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
+    return StorageWeakRef(tensor.untyped_storage())
 
 
 def _activations(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

@@ -21,7 +21,7 @@ from torch import nn
 
 from .._build.factory import draft, is_factory
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
-from .._module.mixin import is_lazy_module
+from .._module.lifecycle import is_lazy_module
 from .._rehearsal.rehearse import Call, Rehearsal, rehearse
 from .._rehearsal.spec import Spec
 from .memory import Memory, optimizer_class, training_memory
@@ -128,7 +128,7 @@ def summary(
     if training:  # an unknown or refused optimizer, before anything runs
         optimizer_class(optimizer)
     if is_factory(model):
-        model, _ = draft(model, "lazynn.summary(factory)")  # type: ignore[arg-type]
+        model, _ = draft(model, "lazynn.summary(factory)")
     assert isinstance(model, nn.Module)
     batch = _symbol(example_inputs, example_kwargs)
     train = mode == "train"
@@ -202,7 +202,7 @@ def _collect(
     shape: Callable[
         [list[tuple[tuple[int, ...], Any]], list[tuple[tuple[int, ...], Any]]], tuple[Shape, ...]
     ]
-    shape = (lambda a, b: _merge(a, b, batch)) if batch is not None else (lambda a, b: tuple(a))  # type: ignore[misc]
+    shape = (lambda a, b: _merge(a, b, batch)) if batch is not None else (lambda a, b: tuple(a))
 
     def calls_of(path: str, r: Rehearsal | None) -> Call | None:
         return r.calls.get(path) if r is not None else None

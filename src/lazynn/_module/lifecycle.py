@@ -1,0 +1,151 @@
+"""What every lazy module is asked, whatever its kind (lazynn's, torch's, a custom
+``LazyModuleMixin``): is it unbuilt, is a rehearsal or a build running on this thread, and
+the steps of its life that are not methods: the build hook attached at construction and
+removed at the end (:func:`attach`, :func:`finish`), and a build by torch's lazy-module
+protocol (:func:`build_lazy_module`, which the hook and dynamo call).
+
+>>> import torch, lazynn
+>>> layer = lazynn.LazyLinear(2)
+>>> is_unbuilt(layer), is_lazy_module(torch.nn.LazyLinear(2))
+(True, True)
+>>> build_lazy_module(layer, (torch.ones(1, 3),))
+>>> is_unbuilt(layer), type(layer).__name__
+(False, 'Linear')
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Protocol, cast
+
+import torch
+from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
+
+from .._errors import UnbuiltError, message, module_path
+from .callers import untraced
+from .state import STATE_KEY, context
+from .tensors import is_placeholder
+
+__all__ = [
+    "attach",
+    "build_lazy_module",
+    "finish",
+    "fx_proxy",
+    "in_build",
+    "initialize",
+    "is_lazy_module",
+    "is_unbuilt",
+    "pre_hook",
+    "rehearsing",
+    "warn_built",
+]
+
+
+def rehearsing() -> bool:
+    """Whether this thread is inside a meta rehearsal (see ``_rehearse``): a failure there
+    costs nothing (the model is restored), so layers skip their own meta check."""
+    return context().rehearsal is not None
+
+
+def warn_built(text: str | Warning, stacklevel: int = 2) -> None:
+    """Warn about a build (a text: a UserWarning; or a warning of its own category); inside
+    a first call, once its forward has succeeded."""
+    deferred = context().deferred
+    if deferred is not None:
+        deferred.append(text)
+    else:
+        warnings.warn(text, stacklevel=stacklevel + 1)
+
+
+def in_build() -> bool:
+    """Whether this thread is inside ``_infer_parameters`` (so inside a build)."""
+    return context().builds > 0
+
+
+def pre_hook(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> None:
+    """The forward pre-hook of an unbuilt module: build it from the call's inputs, as Python
+    also where dynamo compiles the frame running the hook (a nested RNN's, after its graph
+    break): lazynn's machinery is never traced.
+
+    (``kwargs`` may be missing: when an earlier pre-hook of the same call built the module,
+    for ``lazynn.on_build``, this hook is already removed, and ``nn.Module._call_impl``, which
+    listed it before, calls it as a hook without keyword arguments.)
+    """
+    if is_unbuilt(module):
+        untraced(build_lazy_module)(module, args, kwargs)
+
+
+def is_unbuilt(module: nn.Module) -> bool:
+    """True while a lazynn module waits for its first input (its pre-hook is attached)."""
+    return "_initialize_hook" in module.__dict__ and isinstance(module, _TorchLazyModuleMixin)
+
+
+def is_lazy_module(module: nn.Module) -> bool:
+    """True for an unbuilt lazy module of any kind (lazynn's, torch's, a custom mixin)."""
+    return isinstance(module, _TorchLazyModuleMixin) and hasattr(module, "_initialize_hook")
+
+
+def attach(module: nn.Module) -> None:
+    """Attach the build hook (last among pre-hooks)."""
+    # `_initialize_hook` is the attribute dynamo and torch.compile look for (see module doc).
+    module._initialize_hook = nn.Module.register_forward_pre_hook(  # type: ignore[assignment]
+        module, pre_hook, with_kwargs=True
+    )
+
+
+def finish(module: nn.Module) -> None:
+    """Detach the lazy machinery: after this the module is plain torch.nn, no overhead."""
+    handle = module.__dict__.pop("_initialize_hook", None)
+    if handle is not None:
+        handle.remove()
+    module.__dict__.pop(STATE_KEY, None)
+    # An instance may have chosen its class (rank-agnostic layers): take it, leave no trace.
+    target = module.__dict__.pop("cls_to_become", None) or getattr(module, "cls_to_become", None)
+    if target is not None:
+        module.__class__ = target
+
+
+class _Lazy(Protocol):
+    """A lazy module of any kind (lazynn's, torch's, a custom ``LazyModuleMixin``), as torch's
+    lazy-module protocol (which dynamo also calls) sees it."""
+
+    def _infer_parameters(self, module: nn.Module, args: Any, kwargs: Any = None) -> None: ...
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def has_uninitialized_params(self) -> bool: ...
+
+
+def build_lazy_module(module: nn.Module, args: Any, kwargs: Any = None) -> None:
+    """Build a lazy module of any kind from a call's inputs, by its own protocol."""
+    cast(_Lazy, module)._infer_parameters(module, args, kwargs)
+
+
+def initialize(module: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
+    """``module.initialize_parameters(*args, **kwargs)``, which must fill every placeholder."""
+    lazy = cast(_Lazy, module)
+    # (parameters as a construction outside torch.inference_mode makes them)
+    with torch.inference_mode(False):
+        lazy.initialize_parameters(*args, **(kwargs or {}))
+    if lazy.has_uninitialized_params():
+        left = [n for n, t in module.named_parameters() if is_placeholder(t)]
+        left += [n for n, t in module.named_buffers() if is_placeholder(t)]
+        raise UnbuiltError(
+            message(
+                module_path(module),
+                "initialize_parameters() to materialize every placeholder",
+                f"{left} still unbuilt",
+                "materialize each of them in initialize_parameters()",
+            )
+        )
+
+
+def fx_proxy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
+    """The first ``torch.fx.Proxy`` among a call's arguments (fx is tracing), or None."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.fx.Proxy):
+            return value
+    return None
