@@ -143,17 +143,18 @@ class Row:
     #: a rank-agnostic layer's row: the rank of its (batched) input, at which the lazy class
     #: becomes ``eager`` (written out as torch names it, not read from the class); a rank no
     #: row of the class has is refused with a message listing each row's "rank (eager)"
-    #: (tests/test_rank_agnostic.py). None for a layer of one class
+    #: (tests/nn/test_rank_agnostic.py). None for a layer of one class
     input_rank: int | None = None
     #: other call forms of the layer, each against its eager twin, with other sizes, and its
-    #: bad first inputs (tests/test_more_layers.py)
+    #: bad first inputs (tests/layer/test_lazy_layers_called_otherwise.py)
     calls: tuple[CallForm, ...] = ()
     #: other constructions and inputs of the layer (a packed sequence, a declared kdim, two
     #: normalized dimensions...), each against its eager twin after the first call
-    #: (tests/test_sequence_layers.py)
+    #: (tests/nn/test_sequence_layers.py)
     variants: tuple[Twin, ...] = ()
     #: lazy modules built on meta then materialized (or built at once) against eager
-    #: construction (tests/test_materialize.py): the layer, or a model whose first lazy layer
+    #: construction (tests/materialize/test_materialize.py): the layer, or a model whose first lazy
+    #: layer
     #: it is (nn.TransformerEncoder of its copies, a Sequential of it and another)
     materialize: tuple[Twin, ...] = ()
 
@@ -625,7 +626,7 @@ def _rows_shape(o: Options, c: int, batched: bool) -> tuple[int, ...]:
     return (6, c) if batched or o.get("out_features") else (c,)
 
 
-# --- the rows' other call forms (tests/test_more_layers.py) ------------------------------------
+# --- the rows' other call forms (tests/layer/test_lazy_layers_called_otherwise.py) ----------------
 
 
 def _call(*a: Any, **k: Any) -> Callable[[], Inputs]:

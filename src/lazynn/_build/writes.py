@@ -26,7 +26,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 # TorchDispatchMode lives in a private module, but it is the documented way to write a mode
-# ("Extending PyTorch"); tests/test_materialize.py exercises it.
+# ("Extending PyTorch"); tests/materialize/test_materialize.py exercises it.
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["Writes"]

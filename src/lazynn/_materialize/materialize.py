@@ -102,7 +102,7 @@ def _initializer(module: nn.Module) -> tuple[Callable[[], Any], bool] | None:
         # nn.MultiheadAttention and nn.Transformer initialize in a private _reset_parameters
         # that their constructors call after constructing their submodules (it sets
         # out_proj.bias; Transformer's redraws every matrix below it). Private torch API:
-        # tests/test_build.py materializes both and compares with eager construction.
+        # tests/building/test_build.py materializes both and compares with eager construction.
         return private, True
     return None
 

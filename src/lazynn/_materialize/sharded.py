@@ -16,7 +16,8 @@ ends where an eager construction leaves it.
 Chunking preserves the numbers of the CPU kernels torch uses (``uniform_`` draws one number
 per element in order; ``normal_`` draws all its uniforms first and transforms them in blocks
 of 16, recomputing the last 16 when the size is not a multiple of 16). Chunks therefore
-start at multiples of 16 and the last is at least 16 long. tests/test_sharded.py checks this
+start at multiples of 16 and the last is at least 16 long. tests/materialize/test_sharded_draws.py
+checks this
 against torch for many sizes and dtypes, so a kernel change fails a test, not a model.
 
 >>> import torch
@@ -40,7 +41,7 @@ from typing import Any
 import torch
 
 # TorchDispatchMode lives in a private module, but it is the documented way to write a mode
-# ("Extending PyTorch"); tests/test_distributed.py exercises it on 2 ranks.
+# ("Extending PyTorch"); tests/materialize/test_distributed.py exercises it on 2 ranks.
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import LazynnError, first_line, message

@@ -52,8 +52,9 @@ __all__ = [
 ]
 
 #: wrapper -> (function name, file path suffix, the local naming the module) of the frame that
-#: constructs it. These are torch internals: tests/test_distributed.py (DDP, fully_shard) and
-#: tests/test_compile.py (torch.jit.trace) check that each refusal still fires.
+#: constructs it. These are torch internals: tests/materialize/test_distributed.py (DDP,
+#: fully_shard) and
+#: tests/ecosystem/test_compile.py (torch.jit.trace) check that each refusal still fires.
 _WRAPPERS = {
     "DistributedDataParallel": (
         "__init__",
@@ -158,7 +159,8 @@ class Tool:
 
 
 #: (file path fragment, function name or "", what the tool is, the fix); first match wins.
-#: Paths are torch's layout (internal): tests/test_deferred.py checks every message, so a
+#: Paths are torch's layout (internal): tests/module/test_tools_on_unbuilt_models.py checks every
+#: message, so a
 #: move fails a test.
 _TOOLS = (
     (os.path.join("torch", "nn", "init.py"), "", "torch.nn.init", INIT_FIX),
@@ -247,7 +249,7 @@ def in_checkpoint() -> Any:
     inside one: its backward recomputes the forward from the random state it saved at the
     start; None outside. (A frame of torch's file on the stack; the function is its local
     ``run_function`` (reentrant) or ``function``, else the frame's code object.
-    tests/test_rehearsal.py checks the effects.)"""
+    tests/rehearsal/test_rehearsal.py checks the effects.)"""
     for frame in frames(2):
         if frame.f_code.co_filename.endswith(_CHECKPOINT):
             found = frame_locals(frame, _CHECKPOINTED)
@@ -261,7 +263,7 @@ _CHECKPOINTED = ("run_function", "function")
 
 def under_dynamo() -> bool:
     """Whether torch.compile (dynamo's lazy-module protocol) is building a module right now:
-    dynamo calls ``initialize_lazy_module`` itself. torch internals: tests/test_compile.py
+    dynamo calls ``initialize_lazy_module`` itself. torch internals: tests/ecosystem/test_compile.py
     compiles an unbuilt rank-agnostic layer, which must give lazynn's refusal."""
     if "torch._dynamo" not in sys.modules:
         return False  # (no stack walk on a plain first call)

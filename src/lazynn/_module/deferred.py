@@ -14,7 +14,8 @@ the built tensor, after the layer's own construction. Which calls are kept:
   ``ones_``, and the same on ``.data``);
 * ``nn.init.trunc_normal_``, which has no ``__torch_function__`` entry: its helper asks
   ``tensor.is_meta`` first (and returns at once for a meta tensor); asked so by that helper
-  (``torch.nn.init._no_grad_trunc_normal_``, a private function: tests/test_torch_internals.py
+  (``torch.nn.init._no_grad_trunc_normal_``, a private function:
+  tests/ecosystem/test_torch_internals.py
   checks the frame), the placeholder records the call from the helper's arguments and answers
   True.
 

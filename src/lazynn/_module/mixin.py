@@ -13,7 +13,7 @@ module exactly as it was, independent copies, and errors that name the module's 
 It subclasses torch's mixin only so that the ecosystem recognizes lazynn modules (dynamo
 keys its lazy-module protocol on ``isinstance(m, torch.nn.modules.lazy.LazyModuleMixin)``,
 an ``_initialize_hook`` attribute and ``_infer_parameters``); every method of torch's mixin
-is overridden here, and tests/test_torch_internals.py checks that this stays so.
+is overridden here, and tests/ecosystem/test_torch_internals.py checks that this stays so.
 """
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ def undo_wrapper(wrapper: Wrapper) -> None:
     ``contract`` registers ``fully_shard`` on each module first, and it can be applied once,
     so a refused call must not count.
 
-    ``torch.distributed._composable.contract`` is private; tests/test_distributed.py applies
+    ``torch.distributed._composable.contract`` is private; tests/materialize/test_distributed.py
+    applies
     fully_shard after a refusal, which fails if this stops undoing it. (Imported here: only a
     process that is constructing ``fully_shard`` gets here.)
     """
@@ -188,7 +189,8 @@ def undo_pruning() -> None:
 
     ``BasePruningMethod.apply`` registers ``{name}_orig`` and deletes ``{name}`` before
     ``torch.ones_like(orig)``, outside its own rollback. Restore the parameter in its place
-    (a lazy layer records its construction order). torch internals: tests/test_deferred.py
+    (a lazy layer records its construction order). torch internals:
+    tests/module/test_tools_on_unbuilt_models.py
     checks that a refused pruning leaves the layer as it was.
     """
     keys = ("module", "name", "orig")
@@ -222,7 +224,7 @@ def compile_refusal(what: str, why: str, fixes: list[str]) -> None:
     its own words (without fullgraph the call runs uncompiled, and builds; with fullgraph=True
     it is the error, ours inside), not an exception from inside dynamo, which it would wrap as
     an internal error. ``torch._dynamo.exc.unimplemented`` is private: its keyword signature
-    is checked by tests/test_torch_internals.py."""
+    is checked by tests/ecosystem/test_torch_internals.py."""
     from torch._dynamo.exc import unimplemented  # (only under dynamo: imported already)
 
     unimplemented(
@@ -274,7 +276,7 @@ def refuse_under_functorch(module: nn.Module) -> None:
     # torch._C._functorch.peek_interpreter_stack is private; torch.func has no public "is a
     # transform active" query. Building under grad/vmap would materialize parameters inside
     # the transform (torch's own lazy modules crash the interpreter there).
-    # tests/test_torch_internals.py checks it still exists.
+    # tests/ecosystem/test_torch_internals.py checks it still exists.
     # (traced by dynamo, the peek is not None whatever runs: a build is never refused there)
     if (
         not torch.compiler.is_dynamo_compiling()

@@ -9,7 +9,8 @@
   break). It is the configuration dynamo documents for tensor subclasses it must not trace.
   Importing torch._dynamo costs about a second, so lazynn does not import it: the
   registration is made when torch._dynamo's configuration is first imported (by
-  ``torch.compile``), or now if it already is. tests/test_torch_internals.py checks that the
+  ``torch.compile``), or now if it already is. tests/ecosystem/test_torch_internals.py checks that
+  the
   setting still exists.
 
 >>> import torch, lazynn

@@ -55,7 +55,7 @@ def raw(t: torch.Tensor) -> torch.Tensor:
     """The plain tensor inside a tensor subclass (a placeholder's is empty, with its dtype
     and device), read without the subclass's ``__torch_function__``."""
     # torch._C.DisableTorchFunctionSubclass is private; torch.Tensor.__torch_function__ uses
-    # it for the same purpose. tests/test_torch_internals.py checks that it still exists.
+    # it for the same purpose. tests/ecosystem/test_torch_internals.py checks that it still exists.
     with torch._C.DisableTorchFunctionSubclass():
         return t.data
 
@@ -112,7 +112,7 @@ def hint(size: int | torch.SymInt) -> int:
     if not isinstance(size, torch.SymInt):
         return int(size)
     # torch.fx.experimental.symbolic_shapes is public but experimental: optimization_hint
-    # (newer torch) replaced hint_int (older). tests/test_compile.py's mark_dynamic cases
+    # (newer torch) replaced hint_int (older). tests/ecosystem/test_compile.py's mark_dynamic cases
     # cover it. Imported here, not at the top: it imports sympy, which a process has loaded
     # already when it holds a SymInt, and which nothing else of lazynn needs.
     try:

@@ -28,7 +28,8 @@ import torch
 
 # torch.device(...) as a context is torch.utils._device.DeviceContext (private, the only way to
 # add to what it does: torch keeps one DeviceContext at the bottom of the mode stack and checks
-# it by isinstance). tests/test_torch_internals.py checks that it still fills in the device.
+# it by isinstance). tests/ecosystem/test_torch_internals.py checks that it still fills in the
+# device.
 from torch.utils._device import DeviceContext
 
 __all__ = ["MetaDevice"]

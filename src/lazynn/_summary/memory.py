@@ -180,7 +180,7 @@ def _shortfalls(model: nn.Module) -> tuple[str, ...]:
     kernel that saves what this forward on fake tensors does not: oneDNN's saves a workspace
     and reordered weights (12x the counted bytes for a small 1-layer LSTM), ATen's LSTM cells
     the gates of every step (3x); cuDNN's, on a GPU, a workspace too. GRU, RNN and the cells
-    are counted as their kernels save (tests/test_memory.py)."""
+    are counted as their kernels save (tests/summary/test_training_memory.py)."""
     lstms = [p for p, m in model.named_modules() if type(m) is nn.LSTM and not m.proj_size]
     if not lstms:
         return ()
@@ -225,7 +225,8 @@ _REFUSED = {
 }
 #: optimizers whose step reads values of the state it has just created (``.item()`` of ASGD's
 #: ``eta`` and ``mu``, of the parameter's norm in Adafactor), which meta tensors do not hold:
-#: their state is counted as created (tests/test_memory.py checks it against real steps)
+#: their state is counted as created (tests/summary/test_training_memory.py checks it against real
+#: steps)
 _READ_VALUES = ("ASGD", "Adafactor")
 #: the fix of an optimizer that refuses the model's parameters
 _LIMITS = {

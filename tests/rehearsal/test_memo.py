@@ -7,7 +7,6 @@ module's call shapes, every lazy layer's sizes, every tensor), only faster.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +14,9 @@ from torch import nn
 
 import lazynn
 from lazynn._rehearsal.rehearse import Rehearsal, rehearse
+from paths import EXAMPLES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(EXAMPLES))
 import models
 
 CASES = {

@@ -12,7 +12,6 @@ import json
 import sys
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import lazynn
 from golden_models import Blocks, lazy_cnn
 from lazynn._summary.render import SCREEN_ROWS
+from paths import EXAMPLES, ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(EXAMPLES))
 import models
 
 #: the small configuration of every shipped example: (lazy factory, example input factory)
@@ -236,7 +236,7 @@ def test_json_has_the_documented_fields_and_round_trips() -> None:
 def test_readme_shows_what_the_main_job_prints(capsys: pytest.CaptureFixture[str]) -> None:
     from lazynn._cli.main import main
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     readme = (root / "README.md").read_text()
     section = readme[readme.index("## Summary, and the command line") :]
     shown = section[section.index("```text\n") + len("```text\n") :]

@@ -28,7 +28,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-ROOT = Path(__file__).resolve().parents[1]
+from paths import ROOT
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!--\s*(block|continues):\s*([\w-]+)\s*-->")
 

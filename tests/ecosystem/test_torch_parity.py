@@ -702,7 +702,7 @@ def test_every_layer_compiles_unbuilt_nested_and_bare(dynamo: Any, row: Row, how
         run = lambda x: row.out(compiled(*row.args(layer, x)))  # noqa: E731
     # (a rank-agnostic layer nested: its class is its first input's, and dynamo fixes the
     # class it traces before the build: a graph break, and its first call runs uncompiled;
-    # with fullgraph=True it is refused: tests/test_compile.py)
+    # with fullgraph=True it is refused: tests/ecosystem/test_compile.py)
     out = run(x)
     torch.manual_seed(0)
     eager = row.new_eager(row.simple, row.simple_size).eval()

@@ -3,7 +3,7 @@
 Golden files keep the rendering of a few small models (tests/golden/<name>.txt, models in
 tests/golden_models.py). After an intended change of the rendering, regenerate them with
 
-    LAZYNN_REGEN_GOLDEN=1 python -m pytest tests/test_summary.py -k golden
+    LAZYNN_REGEN_GOLDEN=1 python -m pytest tests/summary/test_summary.py -k golden
 
 and read the diff before committing: the numbers are checked by hand in
 ``test_lazy_cnn_numbers_by_hand``, the rest against the built model.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +25,9 @@ import lazynn
 from golden_models import CASES, IMAGE, TiedLM, TwoInputs, lazy_cnn, real_inputs
 from lazynn._module.tensors import is_placeholder
 from lazynn._module.tensors import raw as _raw
+from paths import GOLDEN
 from registry import Row, assert_known_initial, known_tensors, lazy_tensors
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 REGEN = os.environ.get("LAZYNN_REGEN_GOLDEN") == "1"
 
 Shapes = tuple[tuple[tuple[int, ...], torch.dtype], ...]

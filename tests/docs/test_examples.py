@@ -6,11 +6,11 @@ import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+from paths import EXAMPLES
+
 #: a warning on stderr: Python's (``UserWarning: ...``), c10d's (``Warning: ...``), or a line
 #: of torch's logging at level WARNING (``[rank0]:W1201 21:17:16.547000 ...``)
 WARNING = re.compile(r"warn|^(\[rank\d+\]:)?\[?W\d{4} ", re.IGNORECASE)

@@ -20,8 +20,9 @@ from torch import nn
 
 import lazynn
 from lazynn._build.progress import Progress
+from paths import EXAMPLES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(EXAMPLES))
 import models
 
 

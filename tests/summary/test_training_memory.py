@@ -14,7 +14,6 @@ import copy
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,7 @@ from torch import nn
 
 import lazynn
 from lazynn._summary.memory import Memory, training_memory
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+from paths import EXAMPLES
 
 # (the reference twins are built for real: a mixed model's replay notes are not under test)
 pytestmark = pytest.mark.filterwarnings("ignore:lazynn.build:UserWarning")

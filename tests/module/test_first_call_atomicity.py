@@ -28,7 +28,6 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +37,7 @@ from torch import nn
 import lazynn
 from compare import assert_same_module
 from lazynn._module.lifecycle import is_unbuilt
+from paths import TESTS
 from registry import (
     PARAMETER_ROWS,
     ROWS,
@@ -48,9 +48,6 @@ from registry import (
     lazy_tensors,
     same_value,
 )
-
-TESTS = Path(__file__).resolve().parent
-
 
 # --- helpers ----------------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,9 @@ import torch.nn.functional as F
 
 import lazynn
 from distributed_util import Report, pack, run_ranks, unpack
+from paths import EXAMPLES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(EXAMPLES))
 from tp_2d import DIM, SEQ, Net, batch, tp_plan
 
 pytestmark = pytest.mark.distributed

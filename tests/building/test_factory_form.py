@@ -1,7 +1,7 @@
 """lazynn.build(Net, example): the model's own construction, run on meta to learn the sizes and
 then for real, equals the eager program bit for bit; what it refuses, it names.
 
-(Real-shaped models with their published init code: tests/test_real_models.py.)
+(Real-shaped models with their published init code: tests/building/test_real_models.py.)
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ OPERATIONS: list[tuple[str, Callable[[torch.Tensor], Any]]] = [
     ("torch.cat", lambda p: torch.cat([p, p])),
     ("F.linear", lambda p: F.linear(torch.ones(2, 2), p)),
     # (initializers that fill by one rule whatever the shape wait for the build instead:
-    # tests/test_init_code.py; these need the shape first)
+    # tests/module/test_kept_initializations.py; these need the shape first)
     ("nn.init.xavier_uniform_", lambda p: nn.init.xavier_uniform_(p)),
     ("nn.init.kaiming_normal_", lambda p: nn.init.kaiming_normal_(p)),
     ("nn.init.orthogonal_", lambda p: nn.init.orthogonal_(p)),

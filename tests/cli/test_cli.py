@@ -25,8 +25,8 @@ import lazynn
 from lazynn._cli.fixes import cli_line, one_line
 from lazynn._cli.main import main
 from lazynn._errors import Fix, LazynnError, message, with_note
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DIGITS = "examples/digits.py:make_model"
 
 NETS = '''\

@@ -1,6 +1,6 @@
 """Compilers and export see a lazynn model as torch.nn once built, and never half-build it.
 
-Extends tests/test_ecosystem.py (fullgraph compile of nested layers, TorchScript,
+Extends tests/ecosystem/test_ecosystem.py (fullgraph compile of nested layers, TorchScript,
 functional_call / torch.func.grad as a first call on single layers) to a model nesting every
 kind of lazy layer in a Sequential next to a LazyLayerNorm:
 
