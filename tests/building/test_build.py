@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
