@@ -24,6 +24,7 @@ ROOT = PACKAGE.parent.parent
 WINGS = [
     "_errors",
     "_module",
+    "_program",
     "_layer",
     "_nn",
     "_rehearsal",

@@ -14,6 +14,7 @@ changed since construction (then they are kept, with a warning).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Collection
 from dataclasses import replace
@@ -38,11 +39,13 @@ from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_un
 from .._module.placeholder import relocate
 from .progress import Progress
 from .queue import Entry as QueueEntry
-from .queue import due, ready, run_ready
+from .queue import built_on_meta, due, ready, run_ready
 from .._rehearsal.rehearse import Rehearsal, TensorInfo, rehearse, warn_notes
 from .replay import Plan, plan, scratch_init
 from .._module.snapshot import atomic
-from .._module.state import BUILD_LOCK, META_BUILT, CopyFrom, Rebuild, find_state
+from .._module.state import BUILD_LOCK, find_state
+from .._program.program import attach
+from .._program.record import Recorder, recording
 from .._module.tensors import byte_size, copy_values, is_placeholder, own_slots, own_tensors
 
 __all__ = ["build", "build_from", "move_to_meta"]
@@ -210,14 +213,17 @@ class _Allocation:
         """Run the work written before the construction of the ``before``-th lazy layer
         (None: all that is left), in the order written; a queued function only once its
         module is built and allocated."""
-        if self.on_meta:
-            return  # (nothing holds values yet: materialize runs it)
-
         def written(after: int) -> bool:
             return before is None or after <= before
 
         inits = [pair for pair in self.inits if written(pair[0].after)]
-        queued = [pair for pair in self.queued if written(pair[1].after) and ready(pair[0])]
+        # (on meta, the initializations are steps of the recording, and queued work, which
+        # needs values, a mark where materialize runs it)
+        queued = [
+            pair
+            for pair in self.queued
+            if written(pair[1].after) and (built_on_meta(pair[0]) if self.on_meta else ready(pair[0]))
+        ]
         if not inits and not queued:
             return
         self.inits = [pair for pair in self.inits if not written(pair[0].after)]
@@ -227,6 +233,10 @@ class _Allocation:
         for _, item in sorted(work, key=lambda pair: pair[0]):
             if isinstance(item[0], Init):
                 run_inits([item], self.inits_done)
+            elif self.on_meta:
+                recorder = recording()
+                if recorder is not None:
+                    recorder.mark(item[1].order)
             else:
                 with torch.enable_grad():  # (as outside a build: the allocation runs no_grad)
                     run_ready(model, only=[item[1]])
@@ -263,23 +273,20 @@ class _Allocation:
         state = find_state(module)
         kin = (state.birth if state is not None else None, repr(sorted(sizes.items())))
         source = self.births.get(kin)
-        recipe = _recipe(module, sizes, self.dtype)
         if source is None:
             self.births[kin] = module
             pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
+        elif self.on_meta:  # a copy, recorded: new tensors, then the values it copies
+            layout = _made_again(module._lazynn_construct(_real_sizes(sizes), "meta"))
+            pending = module._lazynn_build(sizes, device="meta", dtype=self.dtype, source=layout)
         else:  # a copy of a layer built before: its values, no draws
             rng = torch.get_rng_state()
             pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
             torch.set_rng_state(rng)
         finish(module)
-        if source is not None and self.on_meta:
-            META_BUILT[module] = CopyFrom(source, _slotted(module, pending))
-        elif source is not None:
+        if source is not None:
             copy_values(source, module)
-        elif self.on_meta:
-            META_BUILT[module] = replace(recipe, inits=_slotted(module, pending))
-        if not self.on_meta:
-            self.inits += pending  # (run once every layer is built: _allocate)
+        self.inits += pending  # (run once every layer is built: _allocate)
         self.bar.advance(sum(t.numel() for t in module.parameters()))
 
     def other_lazy(self, module: nn.Module) -> None:
@@ -291,9 +298,8 @@ class _Allocation:
 
     def replayed(self, module: nn.Module) -> None:
         """An eager layer re-initialized from its eager position in the stream."""
-        if self.on_meta:  # materialize() initializes it in order: what its initializer writes
+        if self.on_meta:  # what its initializer writes goes to meta, where it is recorded
             move_to_meta(module, self.shared, names=self.plan.written.get(module))
-            return
         twin = scratch_init(module)
         for tensor, fresh in zip(own_tensors(module), own_tensors(twin), strict=True):
             self.replaced.append((tensor, tensor.data))
@@ -303,14 +309,14 @@ class _Allocation:
         """An eager layer tied to an earlier one: its construction's draws are replayed; its
         own untied tensors (a tied head's bias) take them, unless changed since."""
         retied = module in self.plan.retied
-        if self.on_meta:  # follow moved ties; materialize() re-initializes a retied layer
+        if self.on_meta:  # follow moved ties; a retied layer's own tensors go to meta too
             if retied:  # (its tied tensors follow their first owner, moved or not)
                 tied = {name for _, name, t in own_slots(module) if id(t) in self.earlier}
                 names = self.plan.written.get(module, frozenset()) - tied
                 move_to_meta(module, self.shared, names=names)
             else:
                 move_to_meta(module, self.shared, only_shared=True)
-        elif self.plan.start is not None:
+        if self.plan.start is not None:
             twin = scratch_init(module)  # draws what its construction drew; keeps the tie
             if retied:
                 earlier = {id(t) for t in self.shared_before(module)}
@@ -352,8 +358,12 @@ def _allocate(
         try:
             # (inference_mode(False): parameters as a construction outside the mode makes them)
             with atomic(model, undo=allocation.undo):
-                with torch.inference_mode(False):
+                # (on meta, the allocation is recorded: each tensor keeps its init program)
+                recorder = Recorder() if allocation.on_meta else None
+                with torch.inference_mode(False), recorder or contextlib.nullcontext():
                     _allocate_in_order(model, order, rehearsal, allocation, lazy, device, dtype)
+                if recorder is not None:
+                    attach(model, recorder)
                 run_ready(model)  # work queued with lazynn.on_build, still waiting
         finally:
             bar.close()
@@ -363,6 +373,25 @@ def _allocate(
             torch.set_rng_state(chosen.start)
     for note in [] if quiet else chosen.notes:
         warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+
+
+def _real_sizes(sizes: dict[str, Any]) -> dict[str, Any]:
+    """A layer's inferred sizes without a rank-agnostic layer's chosen class."""
+    return {k: v for k, v in sizes.items() if k != CLASS_KEY}
+
+
+def _made_again(layout: nn.Module) -> nn.Module:
+    """``layout`` (an unrecorded meta layer) with every tensor made again, as steps of the
+    recording: empty tensors, which the values a copy takes fill."""
+    for module in layout.modules():
+        for store, name, tensor in own_slots(module):
+            fresh = torch.empty_like(tensor)
+            store[name] = (
+                nn.Parameter(fresh, tensor.requires_grad)
+                if isinstance(tensor, nn.Parameter)
+                else fresh
+            )
+    return layout
 
 
 def _allocate_in_order(
@@ -388,19 +417,6 @@ def _allocate_in_order(
         allocation.run_due(model, before=None)
         if not allocation.on_meta and (device is not None or dtype is not None):
             model.to(device=device, dtype=dtype)
-
-
-def _slotted(
-    module: nn.Module, pending: list[tuple[Init, torch.Tensor]]
-) -> tuple[tuple[Init, str, str], ...]:
-    """Initializations of a layer built on meta, by the slot of their tensor, for
-    ``materialize`` (whose construction puts new tensors in the slots)."""
-    where = {
-        id(tensor): (path, name)
-        for path, sub in module.named_modules()
-        for _, name, tensor in own_slots(sub)
-    }
-    return tuple((init, *where[id(t)]) for init, t in pending if id(t) in where)
 
 
 def _allocation_error(
@@ -433,11 +449,3 @@ def _allocation_error(
             outcome="the model is unchanged",
         )
     )
-
-
-def _recipe(layer: LazyLayer, sizes: dict[str, Any], dtype: torch.dtype | None) -> Rebuild:
-    """How to construct ``layer``, built with ``sizes``, as its eager class."""
-    chosen = sizes.get(CLASS_KEY, layer.cls_to_become)
-    state = layer._lazynn
-    arguments = {**state.kwargs, **{k: v for k, v in sizes.items() if k != CLASS_KEY}}
-    return Rebuild(chosen, arguments, dtype if dtype is not None else state.dtype)

@@ -28,6 +28,7 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,20 +41,36 @@ from .._layer.base import LazyLayer
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
 from .queue import run_ready
 from .._rehearsal.rehearse import rehearse, warn_notes
-from .._module.snapshot import RandomState, atomic
+from .._module.snapshot import OtherRandom, atomic
+from .._program.program import attach
+from .._program.record import Recorder
 from .._module.state import (
     BUILD_LOCK,
-    FACTORY_BUILT,
     Constructing,
     Drafting,
     Entry,
-    FactoryRecipe,
     context,
     find_state,
 )
 from .._module.tensors import is_placeholder, own_slots
 
 __all__ = ["build_factory", "construct", "draft", "is_factory", "learn", "realize"]
+
+
+@dataclass(frozen=True)
+class FactoryRecipe:
+    """What the factory's first run and the rehearsal learnt: how the second run constructs
+    the model (:func:`realize`)."""
+
+    factory: Any
+    entries: tuple[Entry, ...]
+    #: the other lazy modules (torch's, custom mixins) by path -> the meta inputs of their
+    #: first call in the rehearsal (they build themselves from them)
+    others: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
+    #: the dtype the model is converted to after its construction, or None
+    dtype: torch.dtype | None = None
+    #: why a lazy layer's reading of its input may not be the one meant (``Rehearsal.notes``)
+    notes: tuple[str, ...] = ()
 
 
 def is_factory(obj: object) -> bool:
@@ -118,12 +135,13 @@ def draft(
     unbuilt, and what the run recorded. Draws no random number (any generator is put back).
     ``where`` names the caller in errors."""
     drafting = Drafting()
-    rng = RandomState()
+    others = OtherRandom()
     try:
-        with _program(drafting), _watching_ties(drafting), torch.device("meta"):
+        # (recorded: a value the code reads is computed for real, no generator moves)
+        with _program(drafting), _watching_ties(drafting), torch.device("meta"), Recorder():
             model = _made(factory, factory(), where)
     finally:
-        rng.restore()
+        others.restore()  # (numpy's or Python's draws of the code: the real run makes them)
     for module in model.modules():
         for _, _, tensor in own_slots(module):
             tensor.__dict__.pop(PROBE, None)
@@ -227,15 +245,20 @@ def construct(factory: Callable[[], Any], entries: list[Entry]) -> nn.Module:
 
 def realize(recipe: FactoryRecipe) -> nn.Module:
     """The model of ``recipe`` (step 3), on the current default device: constructed, its
-    other lazy modules built, converted to the recipe's dtype."""
-    model = construct(recipe.factory, list(recipe.entries))
-    with torch.inference_mode(False):
-        for path, (args, kwargs) in recipe.others.items():
-            module = model.get_submodule(path)
-            if is_lazy_module(module):  # torch's lazy layers, custom mixins: their own build
-                build_lazy_module(module, args, kwargs)
-    if recipe.dtype is not None:
-        model.to(recipe.dtype)
+    other lazy modules built, converted to the recipe's dtype. On meta, the construction is
+    recorded, and each tensor keeps its init program (``lazynn.materialize`` runs them)."""
+    on_meta = torch.get_default_device().type == "meta"
+    with Recorder() if on_meta else contextlib.nullcontext() as recorder:
+        model = construct(recipe.factory, list(recipe.entries))
+        with torch.inference_mode(False):
+            for path, (args, kwargs) in recipe.others.items():
+                module = model.get_submodule(path)
+                if is_lazy_module(module):  # torch's lazy layers, custom mixins: their own
+                    build_lazy_module(module, args, kwargs)
+        if recipe.dtype is not None:
+            model.to(recipe.dtype)
+    if recorder is not None:
+        attach(model, recorder)
     return model
 
 
@@ -262,7 +285,5 @@ def build_factory(
         with torch.device(device) if device is not None else contextlib.nullcontext():
             model = realize(recipe)
         run_ready(model)  # work queued with lazynn.on_build for the layers built just now
-    if device is not None and device.type == "meta":
-        FACTORY_BUILT[model] = recipe  # materialize() runs it again, on the target
     warn_notes(recipe.notes)
     return model

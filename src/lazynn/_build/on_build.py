@@ -53,9 +53,11 @@ from .._module.callers import untraced
 from .._layer.checkpoint import WithAliases
 from .._errors import LazynnError, NeedsValuesError, message, module_path
 from .._module.lifecycle import in_build, is_unbuilt, rehearsing
+from .._program.record import recording
 from .queue import (
     Entry,
     add,
+    built_on_meta,
     due,
     entries,
     has_queue,
@@ -136,6 +138,10 @@ def on_build(module: M, fn: Callable[[M], object]) -> OnBuildHandle:
             fn(module)
             return OnBuildHandle(None, None)
         entry, first = add(module, fn)
+        recorder = recording()
+        if recorder is not None and built_on_meta(module):
+            # (a construction on meta, recorded: it runs where written, at materialize)
+            recorder.mark(entry.order)
         if first:
             # prepend: the build sees the call's own arguments, before other pre-hooks run
             module.register_forward_pre_hook(_before_forward, prepend=True, with_kwargs=True)

@@ -30,6 +30,7 @@ __all__ = [
     "Entry",
     "Queue",
     "add",
+    "built_on_meta",
     "due",
     "entries",
     "has_queue",
@@ -112,6 +113,17 @@ def mark_tried(module: nn.Module, kind: Any) -> None:
     queue = _queue(module)
     if queue is not None:
         module.__dict__[KEY] = replace(queue, tried=queue.tried | {kind})
+
+
+def built_on_meta(module: nn.Module) -> bool:
+    """Whether every lazy layer in ``module`` is built, and some of its tensors are on meta
+    (queued work on it waits for ``materialize``)."""
+    tensors = [t for m in module.modules() for t in own_tensors(m)]
+    if any(is_unbuilt(m) or is_lazy_module(m) for m in module.modules()):
+        return False
+    if any(is_placeholder(t) or nn.parameter.is_lazy(t) for t in tensors):
+        return False
+    return any(t.is_meta for t in tensors)
 
 
 def ready(module: nn.Module) -> bool:

@@ -39,25 +39,25 @@ from .._errors import (
     module_path,
 )
 from .._module.callers import under_dynamo, untraced
-from .._module.deferred import Init, inits_of
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import finish, in_build, is_unbuilt, rehearsing, warn_built
 from .._module.mixin import LazyModuleMixin
-from .._module.placeholder import fill
 from .._module.snapshot import RandomState
 from .._module.state import LazyState, context, lazy_state
 from .._module.tensors import is_placeholder, raw
+from .._program.record import recording
 from .checkpoint import checked_layout, solve_sizes
 from .construct import (
-    MODULE_KEYS,
     Slot,
     allocate_empty,
+    construct,
     forward_names,
     key_text,
     match_dtypes,
     new,
     slots,
 )
+from .fill import Pending, commit, plan_moves, reset_known_buffers, take_settings
 from .infer import CLASS_KEY, Infer, ambiguity
 from .inputs import (
     argument,
@@ -66,17 +66,12 @@ from .inputs import (
     forward_error,
     read_sizes,
     run_on_meta,
-    substitute_error,
 )
 from .layout import lay_out
 
 __all__ = ["LazyLayer"]
 
-#: initializations written on placeholders, each with the tensor it fills (``_deferred``)
-Pending = list[tuple[Init, torch.Tensor]]
-
 #: a placeholder's attribute: the tensor a build put in its place on another device type
-_REPLACED = "_lazynn_replaced_by"
 
 
 class LazyLayer(LazyModuleMixin):
@@ -314,85 +309,19 @@ class LazyLayer(LazyModuleMixin):
         chosen = sizes.pop(CLASS_KEY, None)
         if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
             self.__dict__["cls_to_become"] = chosen
-        placed = list(self._lazynn_slots())
         eager = source if source is not None else self._lazynn_new_eager(sizes, device, dtype)
-        eager_modules = dict(eager.named_modules())
-        own_modules = dict(self.named_modules())
-        moves = []
-        real: dict[torch.device, dict[str, nn.Module]] = {}
 
-        def eager_value(prefix: str, name: str, held: torch.device) -> torch.Tensor:
-            value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
-            if device is None and value.is_meta and held.type != "meta":
-                # Parameters on meta and buffers not (accelerate's init_empty_weights): the
-                # buffers get the values an eager construction there gives them, drawing
-                # nothing (an eager layer under init_empty_weights draws nothing either).
-                if held not in real:
-                    saved = RandomState()  # (its draws are not the model's: put back)
-                    try:
-                        built = self._lazynn_new_eager(sizes, held, dtype)
-                        real[held] = dict(built.named_modules())
-                    finally:
-                        saved.restore()
-                value = getattr(real[held][prefix], name).detach()
-            return value
+        def elsewhere(held: torch.device) -> nn.Module:
+            saved = RandomState()  # (its draws are not the model's: put back)
+            try:
+                return self._lazynn_new_eager(sizes, held, dtype)
+            finally:
+                saved.restore()
 
-        for (prefix, name), tensor in placed:  # allocate everything first, commit after
-            if not is_placeholder(tensor):
-                continue
-            value = eager_value(prefix, name, raw(tensor).device)
-            # tied to a layer whose build put a new tensor in its place: take it (the tie holds)
-            replaced = tensor.__dict__.get(_REPLACED)
-            if replaced is not None and tuple(replaced.shape) == tuple(value.shape):
-                moves.append((own_modules[prefix], name, tensor, replaced))
-                continue
-            current = getattr(own_modules[prefix], name)
-            if current is not tensor and (
-                is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
-            ):
-                path = module_path(self)
-                raise substitute_error(path, key_text((prefix, name)), value.shape, current)
-            held = raw(tensor)
-            target_device = held.device if device is None else value.device
-            target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
-            if value.device != target_device or value.dtype != target_dtype:
-                value = value.to(device=target_device, dtype=target_dtype)
-            moves.append((own_modules[prefix], name, tensor, value))
-        # num_batches_tracked: eager's value (zero) in place, as torch's lazy norms reset it
-        # (the snapshot puts it back on a rollback); a new tensor where the build moves it
-        known: list[tuple[str, torch.Tensor, torch.Tensor]] = []
-        for name in self.known_buffers:
-            current, built = self._buffers.get(name), eager._buffers.get(name)
-            if current is not None and built is not None and not is_placeholder(current):
-                where = current.device if device is None else built.device
-                zero = torch.zeros(built.shape, dtype=current.dtype, device=where)
-                known.append((name, current, zero))
-        for name, current, value in known:
-            if current.device == value.device and not current.is_inference():
-                with torch.no_grad():
-                    current.copy_(value)
-            else:
-                self._buffers[name] = value
-        pending: Pending = []
-        for module, name, tensor, value in moves:
-            store = module._parameters if name in module._parameters else module._buffers
-            inits = inits_of(tensor)
-            if value is tensor.__dict__.get(_REPLACED):
-                store[name] = value
-            elif raw(tensor).device.type == value.device.type:
-                fill(tensor, value)  # in place: an optimizer holding it trains it
-                value = tensor
-            else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
-                kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
-                new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
-                tensor.__dict__[_REPLACED] = value = new  # (a snapshot takes it back)
-                if store.get(name) is tensor:  # (a slot tied to a built tensor keeps it)
-                    store[name] = new
-            pending += [(init, value) for init in inits]
-        for prefix, module in eager_modules.items():
-            for key, value in module.__dict__.items():
-                if key not in MODULE_KEYS:
-                    own_modules[prefix].__dict__[key] = value
+        moves = plan_moves(self, eager, list(self._lazynn_slots()), device, dtype, elsewhere)
+        reset_known_buffers(self, eager, self.known_buffers, device)
+        pending = commit(moves)
+        take_settings(self, eager)
         return pending
 
     # --- building from a checkpoint -------------------------------------------------------
@@ -404,11 +333,16 @@ class LazyLayer(LazyModuleMixin):
     ) -> nn.Module:
         """The eager layer with ``sizes``, constructed for real (drawing its numbers) on
         ``device`` with ``dtype``; by default where (:meth:`_lazynn_where`) and as the layer
-        was declared."""
+        was declared. On meta while a construction is recorded, its eager constructor runs
+        there (its init steps are the layer's program), rather than a layout's copy."""
         where = device if device is not None else self._lazynn_where()
+        arguments = {**self._lazynn.kwargs, **sizes}
+        chosen = dtype if dtype is not None else self._lazynn.dtype
         # Parameters as a construction outside the mode makes them, even in a first call
         # under torch.inference_mode() (inference tensors could not be trained).
         with torch.inference_mode(False):
+            if str(where) == "meta" and recording() is not None:
+                return construct(self.cls_to_become, arguments, "meta", chosen, None)
             return new(
                 self.cls_to_become,
                 {**self._lazynn.kwargs, **sizes},

@@ -26,6 +26,7 @@ from torch import nn
 
 from .._module.state import quiet
 from .._module.tensors import map_tensors, meta_like, own_slots, raw
+from .._program.record import unrecorded
 from .infer import unknown_parts
 
 __all__ = [
@@ -97,22 +98,33 @@ def new(
     ``torch.device(device)`` context and its floating tensors cast to ``dtype`` after.
     """
     if str(device) == "meta":
-        key = _layout_key(cls, kwargs, dtype)
-        if key is not None:
-            template: _Layout | None = _LAYOUTS.get(key, _UNSEEN)
-            if template is _UNSEEN:
-                try:
-                    template = _template(_meta(cls, kwargs, dtype, None))
-                except Exception:  # refused: raised below, by the instance (its class's name)
-                    template = None
-                else:
-                    if len(_LAYOUTS) >= _MAX_LAYOUTS:
-                        _LAYOUTS.clear()
-                    _LAYOUTS[key] = template
-            if template is not None:
-                return template.copy(into)
-        return _meta(cls, kwargs, dtype, into)
+        with unrecorded():  # (a layout for its shapes: no init program of the model's)
+            return _on_meta(cls, kwargs, dtype, into)
     return construct(cls, kwargs, device, dtype, into)
+
+
+def _on_meta(
+    cls: type[nn.Module],
+    kwargs: Mapping[str, Any],
+    dtype: torch.dtype | None,
+    into: nn.Module | None,
+) -> nn.Module:
+    """:func:`new` on meta: a remembered layout's copy where the class allows it."""
+    key = _layout_key(cls, kwargs, dtype)
+    if key is not None:
+        template: _Layout | None = _LAYOUTS.get(key, _UNSEEN)
+        if template is _UNSEEN:
+            try:
+                template = _template(_meta(cls, kwargs, dtype, None))
+            except Exception:  # refused: raised below, by the instance (its class's name)
+                template = None
+            else:
+                if len(_LAYOUTS) >= _MAX_LAYOUTS:
+                    _LAYOUTS.clear()
+                _LAYOUTS[key] = template
+        if template is not None:
+            return template.copy(into)
+    return _meta(cls, kwargs, dtype, into)
 
 
 def _meta(

@@ -1,40 +1,23 @@
-"""Initializing sharded parameters with the numbers an unsharded model gets.
+"""Sharded parameters that keep no init program, initialized by ``reset_parameters()`` with
+the numbers an unsharded model gets; and where a rank's block of a sharded tensor is.
 
-After ``build(model, ..., device="meta")`` and FSDP2's ``fully_shard``, each parameter is a
-``DTensor`` whose local shard is a slice of the full parameter. ``materialize`` allocates
-only the shards and runs each module's ``reset_parameters()`` on them. The
-deterministic parts of an initialization (``zeros_``, ``fill_``, scaling) act on each shard
-as on the full tensor; the random fills do not: a rank drawing ``uniform_`` into its shard
-would draw the *first* numbers of the stream, not those of its slice.
+A model made on meta without lazynn, then sharded (FSDP2's ``fully_shard``, tensor parallel),
+has each parameter a ``DTensor`` whose local shard is a block of the full parameter, and no
+init program (``install.py`` runs programs, block by block). ``materialize`` allocates only
+the shards and runs each module's ``reset_parameters()`` on them (``reset.py``). The
+deterministic parts of an initialization (``zeros_``, ``fill_``, scaling) act on each shard as
+on the full tensor; the random fills do not: a rank drawing ``uniform_`` into its shard would
+draw the *first* numbers of the stream, not those of its block.
 
-:class:`ShardedInit` is a dispatch mode, active only inside ``materialize``, that fills a
-sharded tensor's random part as the full tensor would be filled: every rank draws the whole
-stream, chunk by chunk (bounded memory, never a full layer), and keeps its slice. So the
-gathered parameters equal an eager model's under the same seed, and every rank's generator
-ends where an eager construction leaves it.
-
-Chunking preserves the numbers of the CPU kernels torch uses (``uniform_`` draws one number
-per element in order; ``normal_`` draws all its uniforms first and transforms them in blocks
-of 16, recomputing the last 16 when the size is not a multiple of 16). Chunks therefore
-start at multiples of 16 and the last is at least 16 long. tests/materialize/test_sharded_draws.py
-checks this
-against torch for many sizes and dtypes, so a kernel change fails a test, not a model.
-
->>> import torch
->>> _ = torch.manual_seed(0)
->>> full = torch.empty(100).normal_()
->>> _ = torch.manual_seed(0)
->>> part = torch.empty(30)
->>> draw_slice(part, torch.Tensor.normal_, (100,), 40, (), {}, chunk=32)
->>> torch.equal(part, full[40:70])
-True
+:class:`ShardedInit` is a dispatch mode, active only there, that fills a sharded tensor's
+random part as the full tensor would be filled: every rank draws the whole stream, chunk by
+chunk (``_program/draws.py``), and keeps its block. What cannot be reproduced on shards is
+refused, naming it. :func:`block_offset` says where a rank's block is, for any placement.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import LazynnError, first_line, message
+from .._program.draws import draw_region, draw_slice
 
 __all__ = [
     "ShardedInit",
@@ -57,105 +41,12 @@ __all__ = [
 ]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
+#: the random in-place fills whose chunked draws equal a whole draw (``_program/draws.py``)
 _FILLS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.uniform_.default: torch.Tensor.uniform_,
     torch.ops.aten.normal_.default: torch.Tensor.normal_,
 }
 _RANDOM_PREFIXES = ("bernoulli", "random", "exponential", "geometric", "log_normal", "cauchy")
-#: elements per chunk of the stream (a multiple of 16): 4 MiB of float32
-CHUNK = 1 << 20
-
-
-def draw_slice(
-    out: torch.Tensor,
-    fill: Callable[..., Any],
-    full_shape: tuple[int, ...],
-    start: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    chunk: int = CHUNK,
-) -> None:
-    """Fill ``out`` with elements ``start : start + out.numel()`` (flat, row-major) of what
-    ``fill(torch.empty(full_shape), *args)`` would draw, drawing the whole stream."""
-    total = math.prod(full_shape)
-    chunk = max(16, chunk - chunk % 16)
-    bounds = list(range(0, total, chunk))
-    if len(bounds) > 1 and total - bounds[-1] < 16:
-        bounds.pop()  # the last chunk must hold at least 16 elements
-    bounds.append(total)
-    flat = out.view(-1)
-    stop = start + flat.numel()
-    scratch: torch.Tensor | None = None  # one buffer for the chunks not wholly this slice's
-    for lo, hi in itertools.pairwise(bounds):
-        a, b = max(lo, start), min(hi, stop)
-        if a == lo and b == hi:  # wholly inside the slice: draw in place (a contiguous view)
-            fill(flat[lo - start : hi - start], *args, **kwargs)
-            continue
-        if scratch is None or scratch.numel() < hi - lo:
-            scratch = torch.empty(max(chunk, hi - lo), dtype=out.dtype, device=out.device)
-        buffer = scratch[: hi - lo]
-        fill(buffer, *args, **kwargs)
-        if a < b:
-            flat[a - start : b - start].copy_(buffer[a - lo : b - lo])
-
-
-def draw_region(
-    out: torch.Tensor,
-    fill: Callable[..., Any],
-    full_shape: tuple[int, ...],
-    offset: tuple[int, ...],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    chunk: int = CHUNK,
-) -> None:
-    """Fill ``out`` with the block at ``offset`` (one start per dimension, ``out``'s shape) of
-    what ``fill(torch.empty(full_shape), *args)`` would draw, drawing the whole stream.
-
-    A block whose elements are contiguous in the full tensor (a ``Shard(0)`` shard) is one
-    flat slice (:func:`draw_slice`). Any other (a ``Shard(1)`` column block, a 2-D shard) is
-    drawn in chunks of whole rows of dim 0, each copied from where it overlaps the block.
-
-    >>> _ = torch.manual_seed(0)
-    >>> full = torch.empty(5, 40).uniform_()
-    >>> _ = torch.manual_seed(0)
-    >>> block = torch.empty(3, 16)
-    >>> draw_region(block, torch.Tensor.uniform_, (5, 40), (1, 20), (), {}, chunk=32)
-    >>> torch.equal(block, full[1:4, 20:36])
-    True
-    """
-    shape = tuple(out.shape)
-    if math.prod(shape) == 0:  # an empty shard (uneven sharding): draw the stream, keep none
-        draw_slice(out, fill, full_shape, 0, args, kwargs, chunk)
-        return
-    # contiguous in the full tensor: size 1 before the first partial dim, full after it
-    partial = next((d for d in range(len(shape)) if shape[d] != full_shape[d]), None)
-    if partial is None or (
-        all(shape[d] == 1 for d in range(partial))
-        and all(shape[d] == full_shape[d] for d in range(partial + 1, len(shape)))
-    ):
-        strides = [math.prod(full_shape[d + 1 :]) for d in range(len(full_shape))]
-        start = sum(o * st for o, st in zip(offset, strides, strict=True))
-        draw_slice(out, fill, full_shape, start, args, kwargs, chunk)
-        return
-    row = math.prod(full_shape[1:])
-    rows = full_shape[0]
-    step = 16 // math.gcd(row, 16)  # rows per chunk: a multiple of this keeps chunks at 16s
-    per = max(step, (max(chunk, row) // row) // step * step)
-    bounds = list(range(0, rows, per))
-    if len(bounds) > 1 and (rows - bounds[-1]) * row < 16:
-        bounds.pop()  # the last chunk must hold at least 16 elements
-    bounds.append(rows)
-    widest = max(hi - lo for lo, hi in itertools.pairwise(bounds))
-    scratch = torch.empty(widest * row, dtype=out.dtype, device=out.device)
-    inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
-    first, last = offset[0], offset[0] + shape[0]
-    for lo, hi in itertools.pairwise(bounds):
-        buffer = scratch[: (hi - lo) * row]
-        fill(buffer, *args, **kwargs)
-        a, b = max(lo, first), min(hi, last)
-        if a < b:
-            index = (slice(a - lo, b - lo), *inner)
-            out[a - first : b - first].copy_(buffer.view(hi - lo, *full_shape[1:])[index])
 
 
 def region(tensor: Any) -> tuple[int, ...] | None:

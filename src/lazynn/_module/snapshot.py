@@ -21,6 +21,8 @@ holds by construction. A :class:`Snapshot` holds:
 from __future__ import annotations
 
 import contextlib
+import random
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,7 +33,7 @@ from torch import nn
 from .state import Context, LazyState
 from .tensors import is_placeholder, own_slots, own_tensors, raw
 
-__all__ = ["RandomState", "Snapshot", "atomic", "continue_builds", "weak"]
+__all__ = ["OtherRandom", "RandomState", "Snapshot", "atomic", "continue_builds", "weak"]
 
 
 class Snapshot:
@@ -181,6 +183,41 @@ def atomic(
             snapshot.restore()
         rng.restore()
         raise
+
+
+class OtherRandom:
+    """The random states outside torch that a model's code may draw from (Python's ``random``,
+    numpy's global generator, once numpy is imported): ``restore()`` puts each back, only if
+    it moved (a draft's draws are not the program's).
+
+    >>> import random
+    >>> saved = OtherRandom()
+    >>> _ = random.random()
+    >>> saved.restore()
+    >>> saved.python == random.getstate()
+    True
+    """
+
+    def __init__(self) -> None:
+        self.python = random.getstate()
+        numpy = sys.modules.get("numpy")
+        self.numpy = numpy.random.get_state() if numpy is not None else None
+
+    def restore(self) -> None:
+        if random.getstate() != self.python:
+            random.setstate(self.python)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self.numpy is not None:
+            now = numpy.random.get_state()
+            if any(_differs(a, b) for a, b in zip(now, self.numpy, strict=True)):
+                numpy.random.set_state(self.numpy)
+
+
+def _differs(a: Any, b: Any) -> bool:
+    try:
+        return bool((a != b).any()) if hasattr(a, "any") else bool(a != b)
+    except (TypeError, ValueError):
+        return True
 
 
 def continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:

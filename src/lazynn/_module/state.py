@@ -6,8 +6,6 @@
   one :class:`Context` per thread.
 * :class:`LazyState`: what an unbuilt lazy layer knows, under the one attribute
   ``module.__dict__["_lazynn"]``; the build deletes it with the rest of the machinery.
-* :data:`META_BUILT`: layers ``build(device="meta")`` built, and how ``materialize``
-  allocates them (:class:`Rebuild` or :class:`CopyFrom`).
 * :func:`record_construction`: the CPU generator's state at each lazy module's construction,
   for ``build``'s replay of an eager construction.
 * :class:`Drafting` / :class:`Constructing`: the two runs of a model's factory in
@@ -33,19 +31,14 @@ from torch import nn
 
 __all__ = [
     "BUILD_LOCK",
-    "FACTORY_BUILT",
-    "META_BUILT",
     "QUEUE_KEY",
     "STATE_KEY",
     "WAITING",
     "Constructing",
     "Context",
-    "CopyFrom",
     "Drafting",
     "Entry",
-    "FactoryRecipe",
     "LazyState",
-    "Rebuild",
     "Rehearsing",
     "constructed",
     "context",
@@ -278,54 +271,6 @@ def record_construction(module: nn.Module) -> None:
     with _CONSTRUCTED_LOCK:  # (one counter: the birth numbers and constructed() agree)
         record.birth = _CONSTRUCTED[0]
         _CONSTRUCTED[0] += 1
-
-
-@dataclass(frozen=True)
-class Rebuild:
-    """A layer ``build`` built on meta: ``materialize`` constructs it as its eager class
-    constructs (``cls(**kwargs)`` with ``dtype``) and adopts the tensors."""
-
-    cls: type[nn.Module]
-    kwargs: dict[str, Any]
-    dtype: torch.dtype | None
-    #: initializations written on its placeholders (``_deferred.Init``), by (submodule path,
-    #: tensor name): run after every layer is allocated, in the order written
-    inits: tuple[tuple[Any, str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class CopyFrom:
-    """A copy of a lazy layer ``build`` built on meta: ``materialize`` gives it the values
-    of ``source`` (built with the same sizes), as eager copies share their original's."""
-
-    source: nn.Module
-    #: as :attr:`Rebuild.inits`
-    inits: tuple[tuple[Any, str, str], ...] = ()
-
-
-#: Layers build() built on meta -> how materialize() allocates them (weak: a dropped model
-#: is forgotten).
-META_BUILT: weakref.WeakKeyDictionary[nn.Module, Rebuild | CopyFrom] = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class FactoryRecipe:
-    """A model ``lazynn.build(factory, ..., device="meta")`` made: ``materialize`` runs the
-    factory once more, for real, with these entries, and the model adopts its tensors."""
-
-    factory: Any
-    entries: tuple[Entry, ...]
-    #: the other lazy modules (torch's, custom mixins) by path -> the meta inputs of their
-    #: first call in the rehearsal (they build themselves from them)
-    others: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
-    #: the dtype the model is converted to after its construction, or None
-    dtype: torch.dtype | None = None
-    #: why a lazy layer's reading of its input may not be the one meant (``Rehearsal.notes``)
-    notes: tuple[str, ...] = ()
-
-
-#: Models the factory form built on meta -> how materialize() makes their values (weak).
-FACTORY_BUILT: weakref.WeakKeyDictionary[nn.Module, FactoryRecipe] = weakref.WeakKeyDictionary()
 
 
 #: Modules whose ``lazynn.on_build`` queue waits for a build (weak: a dropped model is

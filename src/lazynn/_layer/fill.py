@@ -1,0 +1,162 @@
+"""A lazy layer's build, its last step: the eager layer's tensors moved into its placeholders.
+
+The eager layer is constructed (for real, drawing its numbers; or given, from a checkpoint's
+layout). :func:`plan_moves` decides, before anything changes, what each placeholder takes:
+the eager tensor, converted to the placeholder's dtype and device (as moved since); a tensor a
+tied layer's build already put in its place; or, for a layer whose parameters are on meta and
+buffers are not (accelerate's ``init_empty_weights``), the buffer's value from a construction
+there. A tensor that stands in a placeholder's place and does not fit (a tie to a layer of
+another size, ``torch.func``) is refused, naming the layer. :func:`commit` then fills each
+placeholder in place (the same Python object: an optimizer holding it trains it), or, where a
+tensor must change device type (``.to("meta")``), puts a new one in its slot;
+:func:`reset_known_buffers` resets ``num_batches_tracked`` as torch's lazy norms do, and
+:func:`take_settings` copies the eager layer's settings (``in_features``...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import module_path
+from .._module.deferred import Init, inits_of
+from .._module.placeholder import fill
+from .._module.tensors import is_placeholder, raw
+from .construct import MODULE_KEYS, Slot, key_text
+from .inputs import substitute_error
+
+__all__ = [
+    "REPLACED",
+    "Move",
+    "Pending",
+    "commit",
+    "plan_moves",
+    "reset_known_buffers",
+    "take_settings",
+]
+
+#: initializations written on placeholders, each with the tensor it fills (``_deferred``)
+Pending = list[tuple[Init, torch.Tensor]]
+
+#: a placeholder's attribute: the tensor a build put in its place on another device type
+REPLACED = "_lazynn_replaced_by"
+
+
+@dataclass(frozen=True)
+class Move:
+    """What one placeholder (``tensor``, in ``module``'s slot ``name``) takes: ``value``."""
+
+    module: nn.Module
+    name: str
+    tensor: torch.Tensor
+    value: torch.Tensor
+
+
+def plan_moves(
+    layer: nn.Module,
+    eager: nn.Module,
+    placed: Iterable[tuple[Slot, torch.Tensor]],
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+    elsewhere: Callable[[torch.device], nn.Module],
+) -> list[Move]:
+    """What each placeholder of ``layer`` takes from ``eager`` (see the module doc).
+    ``device`` / ``dtype``: where and as what the build makes them (None: as each placeholder
+    was moved); ``elsewhere(device)``: the eager layer constructed on another device, for
+    buffers that are not on meta with their parameters."""
+    eager_modules = dict(eager.named_modules())
+    own_modules = dict(layer.named_modules())
+    real: dict[torch.device, dict[str, nn.Module]] = {}
+
+    def eager_value(prefix: str, name: str, held: torch.device) -> torch.Tensor:
+        value: torch.Tensor = getattr(eager_modules[prefix], name).detach()
+        if device is None and value.is_meta and held.type != "meta":
+            # Parameters on meta and buffers not (accelerate's init_empty_weights): the
+            # buffers get the values an eager construction there gives them, drawing
+            # nothing (an eager layer under init_empty_weights draws nothing either).
+            if held not in real:
+                real[held] = dict(elsewhere(held).named_modules())
+            value = getattr(real[held][prefix], name).detach()
+        return value
+
+    moves = []
+    for (prefix, name), tensor in placed:  # allocate everything first, commit after
+        if not is_placeholder(tensor):
+            continue
+        value = eager_value(prefix, name, raw(tensor).device)
+        # tied to a layer whose build put a new tensor in its place: take it (the tie holds)
+        replaced = tensor.__dict__.get(REPLACED)
+        if replaced is not None and tuple(replaced.shape) == tuple(value.shape):
+            moves.append(Move(own_modules[prefix], name, tensor, replaced))
+            continue
+        current = getattr(own_modules[prefix], name)
+        if current is not tensor and (
+            is_placeholder(current) or tuple(current.shape) != tuple(value.shape)
+        ):
+            path = module_path(layer)
+            raise substitute_error(path, key_text((prefix, name)), value.shape, current)
+        held = raw(tensor)
+        target_device = held.device if device is None else value.device
+        target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
+        if value.device != target_device or value.dtype != target_dtype:
+            value = value.to(device=target_device, dtype=target_dtype)
+        moves.append(Move(own_modules[prefix], name, tensor, value))
+    return moves
+
+
+def reset_known_buffers(
+    layer: nn.Module, eager: nn.Module, names: Iterable[str], device: torch.device | str | None
+) -> None:
+    """``num_batches_tracked``: eager's value (zero) in place, as torch's lazy norms reset it
+    (the snapshot puts it back on a rollback); a new tensor where the build moves it."""
+    known: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    for name in names:
+        current, built = layer._buffers.get(name), eager._buffers.get(name)
+        if current is not None and built is not None and not is_placeholder(current):
+            where = current.device if device is None else built.device
+            zero = torch.zeros(built.shape, dtype=current.dtype, device=where)
+            known.append((name, current, zero))
+    for name, current, value in known:
+        if current.device == value.device and not current.is_inference():
+            with torch.no_grad():
+                current.copy_(value)
+        else:
+            layer._buffers[name] = value
+
+
+def commit(moves: list[Move]) -> Pending:
+    """Fill each placeholder with its value (see the module doc); returns the initializations
+    written on the placeholders, each with the built tensor, for the caller to run."""
+    pending: Pending = []
+    for move in moves:
+        module, name, tensor, value = move.module, move.name, move.tensor, move.value
+        store: dict[str, Any] = (
+            module._parameters if name in module._parameters else module._buffers
+        )
+        inits = inits_of(tensor)
+        if value is tensor.__dict__.get(REPLACED):
+            store[name] = value
+        elif raw(tensor).device.type == value.device.type:
+            fill(tensor, value)  # in place: an optimizer holding it trains it
+            value = tensor
+        else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
+            kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
+            new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
+            tensor.__dict__[REPLACED] = value = new  # (a snapshot takes it back)
+            if store.get(name) is tensor:  # (a slot tied to a built tensor keeps it)
+                store[name] = new
+        pending += [(init, value) for init in inits]
+    return pending
+
+
+def take_settings(layer: nn.Module, eager: nn.Module) -> None:
+    """Give ``layer`` (and its submodules) the eager layer's settings (``in_features``)."""
+    own_modules = dict(layer.named_modules())
+    for prefix, module in eager.named_modules():
+        for key, value in module.__dict__.items():
+            if key not in MODULE_KEYS:
+                own_modules[prefix].__dict__[key] = value

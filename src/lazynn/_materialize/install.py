@@ -1,0 +1,191 @@
+"""The values of a model's init programs, computed and put in its modules.
+
+Every meta tensor of a model that keeps its program (``_program/program.py``: a model
+``lazynn.build`` built on meta, in either form, wrapped, copied or pickled since) gets its
+value by a replay of its construction's tape (``_program/replay.py``): one replay per tape,
+in program order, on the target device, so that values, ties and the generator's end are the
+eager program's. A sharded tensor (FSDP2, tensor parallel: a ``DTensor`` whose local shard is
+on meta) is a :class:`~lazynn._program.replay.Block`: only this rank's block is allocated, and
+computed block by block where its program allows (whole-tensor fills and elementwise steps),
+else computed whole and its block kept. A tensor that is no longer on meta (loaded with
+``assign=True``) keeps its value; its steps only move the stream on. The Python attributes
+the construction set on a tensor are set on its value. A tensor that its program leaves as
+uninitialized memory (``empty`` written in part) is refused, naming it, before anything
+changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._build.queue import due, run_ready
+from .._errors import LazynnError, message
+from .._program.program import Program, drop, programs
+from .._program.replay import Block, Replay
+from .._program.tape import Step, Tape, View, uninitialized
+from .sharded import block_offset
+
+__all__ = ["install", "pending"]
+
+#: one tensor slot: (module, its path, the tensor's name, the program)
+_Slot = tuple[nn.Module, str, str, Program]
+
+
+def _is_dtensor(tensor: Any) -> bool:
+    return type(tensor).__name__ == "DTensor"
+
+
+def _current(module: nn.Module, name: str) -> Any:
+    for store in (module._parameters, module._buffers, module.__dict__):
+        if name in store:
+            return store[name]
+    return None
+
+
+def _pending_meta(tensor: Any) -> bool:
+    if _is_dtensor(tensor):
+        return bool(tensor._local_tensor.is_meta)  # (DTensor's own tensor: to_local())
+    return isinstance(tensor, torch.Tensor) and tensor.is_meta
+
+
+def pending(model: nn.Module) -> list[_Slot]:
+    """The slots of ``model`` whose meta tensor a program gives a value, in module order."""
+    paths = {id(m): p for p, m in model.named_modules()}
+    return [
+        (module, paths.get(id(module), ""), name, program)
+        for module, name, program in programs(model)
+        if _pending_meta(_current(module, name))
+    ]
+
+
+def _label(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _check(slots: list[_Slot]) -> None:
+    """Refuse tensors their program leaves as uninitialized memory (before any change)."""
+    left = [
+        _label(path, name)
+        for _, path, name, program in slots
+        if uninitialized(program.tape, program.view.storage)
+    ]
+    if left:
+        raise LazynnError(
+            message(
+                "lazynn.materialize",
+                "init code that writes every element of each tensor it makes with torch.empty",
+                "tensors it writes only in part (a write through an index or slice, "
+                "w[0].normal_()): " + ", ".join(f"'{t}'" for t in left[:8]),
+                "write the whole tensor in the module's __init__ or reset_parameters() (fill "
+                "it first: torch.zeros, or .zero_(), then write the part)",
+                outcome="the model is unchanged, on meta",
+            )
+        )
+
+
+def install(model: nn.Module, target: torch.device, advance: Any = None) -> int:
+    """Give every meta tensor of ``model`` that keeps a program its value on ``target`` (see
+    the module doc); returns how many elements were allocated. ``advance(n)`` is called as
+    they are (a progress bar)."""
+    slots = pending(model)
+    _check(slots)
+    tapes: dict[int, tuple[Tape, list[_Slot]]] = {}
+    for slot in slots:
+        tapes.setdefault(id(slot[3].tape), (slot[3].tape, []))[1].append(slot)
+    count = 0
+    for tape, mine in tapes.values():
+        count += _Install(model, tape, mine, target, advance).run()
+    return count
+
+
+class _Install:
+    """One tape's replay, its values put in their slots (ties: one value for one view); work
+    queued with ``on_build`` runs where the tape marks it, on the values made so far."""
+
+    def __init__(
+        self, model: nn.Module, tape: Tape, slots: list[_Slot], target: torch.device, advance: Any
+    ) -> None:
+        self.model, self.slots, self.advance = model, slots, advance
+        self.wanted: dict[View, Block | None] = {}
+        #: id(a slot's dtensor) -> a new DTensor on the target, whose block the replay fills
+        self.shards: dict[int, Any] = {}
+        for module, path, name, program in slots:
+            tensor = _current(module, name)
+            if _is_dtensor(tensor) and id(tensor) not in self.shards:  # (a tie: one shard)
+                shard: Any = torch.empty_like(tensor, device=target)
+                empty = shard.to_local().numel() == 0  # (an uneven shard: draws, keeps none)
+                offset = (0,) * shard.ndim if empty else block_offset(shard, _label(path, name))
+                self.shards[id(tensor)] = shard
+                if program.view not in self.wanted:
+                    self.wanted[program.view] = Block(program.view, offset, shard.to_local())
+            elif not _is_dtensor(tensor):
+                self.wanted[program.view] = None  # (whole, also when a tie wants a block)
+        self.replay = Replay(tape, target)
+        #: (view, id(the slot's meta tensor)) -> what took its place
+        self.made: dict[tuple[View, int], Any] = {}
+        self.count = 0
+
+    def run(self) -> int:
+        with torch.inference_mode(False):
+            values = self.replay.run(self.wanted, queued=self.queued)
+            self.replay.finish()
+        for slot in self.slots:
+            self.put(slot, values[slot[3].view])
+        return self.count
+
+    def put(self, slot: _Slot, value: torch.Tensor) -> None:
+        module, _, name, program = slot
+        tensor = _current(module, name)
+        key = (program.view, id(tensor))
+        if key not in self.made:
+            made = _value(tensor, program, value, self.shards.get(id(tensor)))
+            self.made[key] = made
+            self.count += made.numel()
+            if self.advance is not None:
+                self.advance(made.numel())
+        _put(module, name, self.made[key])
+        drop(module, name)
+
+    def queued(self, step: Step) -> None:
+        """Run the queued work the step marks, once its module's tensors are put in place."""
+        (order,) = step.args
+        found = next(((m, e) for m, e in due(self.model) if e.order == order), None)
+        if found is None:
+            return
+        module, entry = found
+        inside = {id(m) for m in module.modules()}
+        for slot in self.slots:
+            if id(slot[0]) in inside and _pending_meta(_current(slot[0], slot[2])):
+                value = self.replay.value_of(slot[3].view, self.wanted.get(slot[3].view))
+                if value is not None:
+                    self.put(slot, value)
+        with self.replay.lent(), torch.enable_grad():
+            run_ready(self.model, only=[entry])
+
+
+def _value(tensor: Any, program: Program, value: torch.Tensor, shard: Any) -> Any:
+    """What takes the slot of the meta ``tensor``: the replay's ``value`` (for a sharded one,
+    its shard, now holding its block), of the tensor's dtype and kind, with the Python
+    attributes its construction and the user gave it."""
+    if shard is not None:
+        result: Any = shard  # (its local block is the replay's value)
+    else:
+        result = value.detach()
+        if result.dtype != tensor.dtype:
+            result = result.to(tensor.dtype)
+    if isinstance(tensor, nn.Parameter):
+        result = nn.Parameter(result, tensor.requires_grad)
+    for key, attr in {**program.attrs, **tensor.__dict__}.items():
+        if not key.startswith("_lazynn") and key not in result.__dict__:
+            result.__dict__[key] = attr
+    return result
+
+
+def _put(module: nn.Module, name: str, value: Any) -> None:
+    for store in (module._parameters, module._buffers, module.__dict__):
+        if name in store:
+            store[name] = value
+            return

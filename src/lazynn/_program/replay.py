@@ -1,0 +1,423 @@
+"""Running a tape: the values its steps give a model's tensors, on any device, whole or as one
+block of a shard.
+
+:class:`Replay` runs a :class:`~lazynn._program.tape.Tape` in program order, on private
+generators that start where the construction's did (so no one else's draws are touched, and
+the numbers are the eager program's). It computes only what the tensors asked for need
+(:meth:`Replay.run`): a step that makes or writes one of them, or a tensor one of those reads;
+every other random step is drawn through without keeping its numbers
+(:func:`~lazynn._program.draws.draw_through`), so that the stream stays where eager code would
+have it. A tensor asked for as a :class:`Block` (a rank's shard) is computed block by block
+when its steps allow it (it is made by a fill, written by whole-tensor random fills and
+elementwise steps, and read by no other step): each rank then holds only its block. Any
+other is computed whole, and its block kept.
+
+>>> import torch
+>>> from lazynn._program.record import Recorder
+>>> with torch.device("meta"), Recorder() as recorder:
+...     layer = torch.nn.Linear(3, 2)
+>>> _ = torch.manual_seed(0)
+>>> values = Replay(recorder.tape, "cpu").run({recorder.view_of(layer.weight): None})
+>>> _ = torch.manual_seed(0)
+>>> torch.equal(next(iter(values.values())), torch.nn.Linear(3, 2).weight)
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .draws import FILLS, draw_region, draw_through
+from .tape import (
+    LIKE_OPS,
+    QUEUED,
+    RESEED,
+    Const,
+    GeneratorRef,
+    Like,
+    Step,
+    Tape,
+    View,
+    extent,
+    resolve,
+)
+
+__all__ = ["ELEMENTWISE", "Block", "Replay", "as_view", "call_drawing"]
+
+#: in-place steps that act on each element alone, with scalar arguments: a block of a tensor
+#: takes them as the whole tensor would
+ELEMENTWISE = frozenset(
+    f"aten::{name}"
+    for name in (
+        "fill_.Scalar",
+        "zero_.default",
+        "mul_.Scalar",
+        "mul_.Tensor",
+        "div_.Scalar",
+        "div_.Tensor",
+        "add_.Scalar",
+        "add_.Tensor",
+        "sub_.Scalar",
+        "sub_.Tensor",
+        "clamp_.default",
+        "clamp_min_.default",
+        "clamp_max_.default",
+        "erfinv_.default",
+        "exp_.default",
+        "log_.default",
+        "neg_.default",
+        "abs_.default",
+        "sqrt_.default",
+        "pow_.Scalar",
+        "sign_.default",
+    )
+)
+#: steps that make a tensor whose every element one value fills (or none: ``empty``)
+_FILLED = {
+    "aten::empty.memory_format": None,
+    "aten::empty_strided.default": None,
+    "aten::zeros.default": 0.0,
+    "aten::ones.default": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A tensor asked for as one block of it: ``local`` (this rank's memory) takes the
+    elements at ``offset`` (one start per dimension) of the tensor ``view`` names."""
+
+    view: View
+    offset: tuple[int, ...]
+    local: torch.Tensor
+
+
+def as_view(base: torch.Tensor, view: View) -> torch.Tensor:
+    """The tensor ``view`` names in ``base``, the real tensor that holds its storage."""
+    if base.dtype != view.dtype:
+        base = base.view(view.dtype)
+    if (
+        tuple(base.shape) == view.size
+        and tuple(base.stride()) == view.stride
+        and base.storage_offset() == view.offset
+    ):
+        return base
+    return torch.as_strided(base, view.size, view.stride, view.offset)
+
+
+class Replay:
+    """Runs ``tape`` on ``device`` (see the module doc). ``default``: the state the device's
+    own generator starts from (default: its state now); the tape's other generators start
+    from the states it recorded."""
+
+    def __init__(
+        self, tape: Tape, device: torch.device | str, default: torch.Tensor | None = None
+    ) -> None:
+        self.tape = tape
+        self.device = torch.device(device)
+        kind = "cuda" if self.device.type == "cuda" else "cpu"
+        self.default = torch.Generator(device=self.device if kind == "cuda" else "cpu")
+        if default is None:
+            default = (
+                torch.cuda.get_rng_state(self.device) if kind == "cuda" else torch.get_rng_state()
+            )
+        self.default.set_state(default)
+        self.private = []
+        for state in tape.generators:
+            generator = torch.Generator()
+            generator.set_state(state)
+            self.private.append(generator)
+        #: storage -> the real tensor holding it
+        self.env: dict[int, torch.Tensor] = {}
+        #: how many steps have run (the generators are there)
+        self.done = 0
+
+    # --- what runs -------------------------------------------------------------------------
+    def needed(self, wanted: Iterable[int], upto: int) -> tuple[set[int], set[int]]:
+        """The steps before ``upto`` that the storages ``wanted`` need, and every storage they
+        need (walked back from the end: a step that makes or writes a needed storage is
+        needed, and so is what it reads)."""
+        storages = set(wanted)
+        steps: set[int] = set()
+        for index in range(upto - 1, -1, -1):
+            step = self.tape.steps[index]
+            if step.op == RESEED:
+                continue
+            if not storages.isdisjoint((*step.creates, *step.writes)):
+                steps.add(index)
+                storages.update(step.reads)
+                storages.update(step.writes)
+        return steps, storages
+
+    def run(
+        self,
+        wanted: Mapping[View, Block | None],
+        upto: int | None = None,
+        have: Mapping[int, torch.Tensor] | None = None,
+        draw_all: bool = True,
+        queued: Callable[[Step], None] | None = None,
+    ) -> dict[View, torch.Tensor]:
+        """Run the tape (its first ``upto`` steps) and return each wanted tensor's value: a
+        tensor on the device, or for a :class:`Block`, its ``local`` filled. ``have``: storages
+        whose values are given (loaded from a checkpoint): their steps only draw.
+        ``draw_all``: draw through every random step, so that the generators end where the
+        program leaves them (else only those before the last one a wanted value needs).
+        ``queued(step)`` runs a :data:`QUEUED` step's work, when it is reached (the values
+        so far are in :attr:`env`, and :meth:`lent` lends the default generator)."""
+        upto = len(self.tape.steps) if upto is None else upto
+        given = dict(have or {})
+        self.env.update(given)
+        blocks = {v.storage: b for v, b in wanted.items() if b is not None}
+        local = {s for s, b in blocks.items() if self._splits(s, b.view, upto)}
+        whole = {v.storage for v, b in wanted.items() if b is None or v.storage not in local}
+        steps, _ = self.needed(whole - set(given), upto)
+        mine = {
+            index
+            for index in range(upto)
+            if not local.isdisjoint(
+                (*self.tape.steps[index].creates, *self.tape.steps[index].writes)
+            )
+        }
+        last = self._last_uses(steps, whole | set(given))
+        drawn = [i for i in (*steps, *mine) if self.tape.steps[i].random]
+        horizon = upto if draw_all else max(drawn, default=-1)
+        for index in range(self.done, upto):
+            step = self.tape.steps[index]
+            if step.op == RESEED:
+                self._reseed(step)
+            elif step.op == QUEUED:
+                if queued is not None:
+                    queued(step)
+            elif index in mine:
+                self._run_block(step, blocks)
+            elif index in steps:
+                self._execute(step)
+            elif step.random and index < horizon:
+                self._draw_through(step)
+            for storage in last.get(index, ()):  # (a temporary nothing reads again)
+                self.env.pop(storage, None)
+        self.done = upto if draw_all else max(horizon + 1, self.done)
+        out = {}
+        for view, block in wanted.items():
+            if block is not None:
+                if view.storage not in local:
+                    full = as_view(self.env[view.storage], view)
+                    part = tuple(
+                        slice(o, o + n)
+                        for o, n in zip(block.offset, block.local.shape, strict=True)
+                    )
+                    with torch.no_grad():
+                        block.local.copy_(full[part])
+                out[view] = block.local
+            else:
+                out[view] = as_view(self.env[view.storage], view)
+        return out
+
+    def value_of(self, view: View, block: Block | None) -> torch.Tensor | None:
+        """The value of ``view`` so far (its block's memory for a block), or None if nothing
+        has made it yet."""
+        if block is not None and view.storage not in self.env:
+            return block.local
+        base = self.env.get(view.storage)
+        return None if base is None else as_view(base, view)
+
+    @contextlib.contextmanager
+    def lent(self) -> Iterator[None]:
+        """The default generator of the device set to the replay's, for code that draws from
+        it (queued work), and the replay's set to where that code left it."""
+        cuda = self.device.type == "cuda"
+        held = torch.cuda.get_rng_state(self.device) if cuda else torch.get_rng_state()
+        if cuda:
+            torch.cuda.set_rng_state(self.default.get_state(), self.device)
+        else:
+            torch.set_rng_state(self.default.get_state())
+        try:
+            yield
+        finally:
+            now = torch.cuda.get_rng_state(self.device) if cuda else torch.get_rng_state()
+            self.default.set_state(now)
+            if cuda:
+                torch.cuda.set_rng_state(held, self.device)
+            else:
+                torch.set_rng_state(held)
+
+    def finish(self) -> None:
+        """Leave the device's generator, and each recorded one, where the program leaves it."""
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(self.default.get_state(), self.device)
+        else:
+            torch.set_rng_state(self.default.get_state())
+
+    # --- one step --------------------------------------------------------------------------
+    def _last_uses(self, steps: set[int], keep: set[int]) -> dict[int, list[int]]:
+        """Step index -> the storages nothing needed reads or writes after it (freed there)."""
+        last: dict[int, int] = {}
+        for index in sorted(steps):
+            step = self.tape.steps[index]
+            for storage in (*step.creates, *step.reads, *step.writes):
+                last[storage] = index
+        out: dict[int, list[int]] = {}
+        for storage, index in last.items():
+            if storage not in keep:
+                out.setdefault(index, []).append(storage)
+        return out
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, View):
+            return as_view(self.env[value.storage], value)
+        if isinstance(value, Like):  # (a shape: a meta tensor of it; the step's device is set)
+            return torch.empty_strided(value.size, value.stride, dtype=value.dtype, device="meta")
+        if isinstance(value, Const):
+            const = self.tape.consts[value.index]
+            return const.to(self.device) if const.device != self.device else const
+        if isinstance(value, GeneratorRef):
+            return self.private[value.index]
+        if isinstance(value, torch.device) and value.type == "meta":
+            return self.device
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._value(v) for v in value)
+        return value
+
+    def _call(self, step: Step) -> Any:
+        args = tuple(self._value(a) for a in step.args)
+        kwargs = {k: self._value(v) for k, v in step.kwargs.items()}
+        if step.op in LIKE_OPS and kwargs.get("device") is None:
+            kwargs["device"] = self.device  # (else the meta tensor's)
+        with torch.no_grad():
+            if step.random:
+                generator = kwargs.pop("generator", None) or self.default
+                return call_drawing(resolve(step.op), args, kwargs, generator)
+            return resolve(step.op)(*args, **kwargs)
+
+    def _execute(self, step: Step) -> None:
+        result = self._call(step)
+        outputs = result if isinstance(result, (tuple, list)) else (result,)
+        for view, value in zip(step.outputs, outputs, strict=False):
+            if view is not None and view.storage in step.creates and view.storage not in self.env:
+                self.env[view.storage] = value
+
+    def _reseed(self, step: Step) -> None:
+        (state,) = step.args
+        which = step.kwargs.get("generator")
+        generator = self.private[which.index] if isinstance(which, GeneratorRef) else self.default
+        generator.set_state(self._value(state))
+
+    def _generator_of(self, step: Step) -> torch.Generator:
+        which = step.kwargs.get("generator")
+        return self.private[which.index] if isinstance(which, GeneratorRef) else self.default
+
+    def _draw_through(self, step: Step) -> None:
+        """Draw what a random step nothing needs would draw, keeping nothing (chunks of a
+        whole-tensor fill; otherwise the step itself, on scratch tensors)."""
+        target = step.args[0] if step.args else None
+        fill = FILLS.get(step.op)
+        if fill is not None and isinstance(target, View) and _contiguous(target):
+            kwargs = {k: self._value(v) for k, v in step.kwargs.items()}
+            kwargs["generator"] = self._generator_of(step)
+            args = tuple(self._value(a) for a in step.args[1:])
+            with torch.no_grad():
+                draw_through(fill, target.size, target.dtype, args, kwargs)
+            return
+        scratch: dict[int, torch.Tensor] = {}
+        for value in (*step.args, *step.kwargs.values()):
+            for view in _views(value):
+                if view.storage not in self.env and view.storage not in scratch:
+                    size = extent(view)
+                    scratch[view.storage] = torch.empty(size, dtype=view.dtype, device=self.device)
+        saved = {s: self.env[s] for s in scratch if s in self.env}
+        self.env.update(scratch)
+        try:
+            self._call(step)
+        finally:
+            for storage in scratch:
+                self.env.pop(storage, None)
+            self.env.update(saved)
+
+    # --- blocks ----------------------------------------------------------------------------
+    def _splits(self, storage: int, view: View, upto: int) -> bool:
+        """Whether the tensor ``view`` (all of ``storage``) can be computed block by block:
+        made by a fill, written only whole by random fills and elementwise steps with
+        scalars, and read by no other step."""
+        if not _contiguous(view) or view.offset != 0:
+            return False
+        made = False
+        for step in self.tape.steps[:upto]:
+            touches = storage in step.creates or storage in step.writes
+            if not touches:
+                if storage in step.reads:
+                    return False  # read by another tensor's steps: it must exist whole
+                continue
+            if storage in step.creates:
+                if step.op not in _FILLED or step.outputs[0] != view:
+                    return False
+                made = True
+                continue
+            target = step.args[0] if step.args else None
+            if target != view or any(_views(a) for a in step.args[1:]):
+                return False
+            if any(_views(v) for v in step.kwargs.values()):
+                return False
+            if step.op not in FILLS and step.op not in ELEMENTWISE:
+                return False
+        return made
+
+    def _run_block(self, step: Step, blocks: Mapping[int, Block]) -> None:
+        """One step of a tensor computed block by block, on this rank's block."""
+        storage = next(s for s in (*step.creates, *step.writes) if s in blocks)
+        block = blocks[storage]
+        local = block.local
+        if storage in step.creates:
+            value = _FILLED[step.op]
+            if value is not None:
+                with torch.no_grad():
+                    local.fill_(value)
+            return
+        args = tuple(self._value(a) for a in step.args[1:])
+        kwargs = {k: self._value(v) for k, v in step.kwargs.items()}
+        fill: Callable[..., Any] | None = FILLS.get(step.op)
+        with torch.no_grad():
+            if fill is not None:
+                kwargs["generator"] = self._generator_of(step)
+                draw_region(local, fill, block.view.size, block.offset, args, kwargs)
+            else:
+                resolve(step.op)(local, *args, **kwargs)
+
+
+def call_drawing(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generator: torch.Generator
+) -> Any:
+    """``fn(*args, **kwargs)`` drawing from ``generator``: passed as ``generator=``, or, for the
+    few ops that take none (dropout), lent the default generator's place for the call (another
+    thread drawing from the default generator in that moment would draw from it too)."""
+    schema = getattr(fn, "_schema", None)  # (torch.nn.init's functions have none)
+    if schema is None or any(a.name == "generator" for a in schema.arguments):
+        return fn(*args, **kwargs, generator=generator)
+    held = torch.get_rng_state()
+    torch.set_rng_state(generator.get_state())
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        generator.set_state(torch.get_rng_state())
+        torch.set_rng_state(held)
+
+
+def _views(value: Any) -> list[View]:
+    if isinstance(value, View):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _views(item)]
+    return []
+
+
+def _contiguous(view: View) -> bool:
+    expected, stride = [], 1
+    for size in reversed(view.size):
+        expected.append(stride)
+        stride *= size
+    return all(
+        s == e or n == 1 for s, e, n in zip(view.stride, reversed(expected), view.size, strict=True)
+    )

@@ -1,0 +1,270 @@
+"""A model's construction as data: the steps that made and wrote each of its tensors.
+
+A :class:`Tape` is what :class:`~lazynn._program.record.Recorder` wrote while a construction
+ran on meta: every operation on a tensor, in program order, as a :class:`Step`. A tensor in a
+step is a :class:`View`: a storage of the tape (by number) and where the tensor sits in it
+(size, stride, offset, dtype), so that a view, an in-place write through it and a tie are
+what they are in eager code, and the tape holds no tensor of the model (it copies, pickles and
+moves with the model). A real tensor a step reads (a buffer the code made on the CPU, a numpy
+array) is a :class:`Const`: its value when read. Random steps name their generator: the
+device's own (``None``), or one of the tape's ``generators``, whose states at the start the
+tape keeps. A step that sets a generator (``torch.manual_seed`` in ``__init__``) is a
+:data:`RESEED` step.
+
+>>> tape = Tape()
+>>> where = View(0, (2, 3), (3, 1), 0, torch.float32)
+>>> tape.steps.append(Step("aten::empty.memory_format", ([2, 3],), {}, (where,), creates=(0,)))
+>>> tape.steps[0].creates, tape.storages
+((0,), 0)
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = [
+    "LIKE_OPS",
+    "QUEUED",
+    "RESEED",
+    "Const",
+    "GeneratorRef",
+    "Like",
+    "Step",
+    "Tape",
+    "View",
+    "extent",
+    "resolve",
+    "takes_generator",
+    "uninitialized",
+    "with_generator",
+]
+
+#: the op of a step that sets a generator's state (its one argument: the state)
+RESEED = "lazynn::reseed"
+#: the op of a step where work queued with ``lazynn.on_build`` runs (its argument: the
+#: entry's order), as the eager program runs it there
+QUEUED = "lazynn::queued"
+
+
+@dataclass(frozen=True)
+class View:
+    """A tensor in a step: storage number ``storage`` of the tape, seen with this geometry."""
+
+    storage: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.size:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Like:
+    """A tensor a step reads only the shape, strides and dtype of (``empty_like(t)``,
+    ``t.new_zeros(...)``): no value, and no storage of the tape."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Const:
+    """A real tensor a step read: its value then (``tape.consts[index]``)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class GeneratorRef:
+    """A generator a random step drew from: ``tape.generators[index]``."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation: ``op`` (an aten op's name, ``aten::normal_.default``; a function's,
+    ``torch.nn.init.trunc_normal_``; or :data:`RESEED`) with its arguments, its tensor
+    outputs, and the storages it creates, writes and reads."""
+
+    op: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    outputs: tuple[View | None, ...] = ()
+    creates: tuple[int, ...] = ()
+    writes: tuple[int, ...] = ()
+    reads: tuple[int, ...] = ()
+    #: whether it draws from a generator
+    random: bool = False
+    #: whether the storages it creates start uninitialized (``empty``)
+    uninitialized: bool = False
+
+
+@dataclass
+class Tape:
+    """The steps of one construction, in program order (see the module doc)."""
+
+    steps: list[Step] = field(default_factory=list)
+    #: how many storages the steps create or name
+    storages: int = 0
+    #: values of the real tensors steps read
+    consts: list[torch.Tensor] = field(default_factory=list)
+    #: the generators random steps name: their state at the start of the tape
+    generators: list[torch.Tensor] = field(default_factory=list)
+    #: storages made before the tape began (their number -> why they have no program)
+    external: dict[int, str] = field(default_factory=dict)
+
+
+#: ops whose first argument gives only a shape, strides, dtype and device
+LIKE_OPS = frozenset(
+    f"aten::{name}"
+    for name in (
+        "empty_like.default",
+        "zeros_like.default",
+        "ones_like.default",
+        "full_like.default",
+        "rand_like.default",
+        "rand_like.generator",
+        "randn_like.default",
+        "randn_like.generator",
+        "randint_like.default",
+        "randint_like.generator",
+        "randint_like.low_dtype",
+        "randint_like.low_generator_dtype",
+        "new_empty.default",
+        "new_empty_strided.default",
+        "new_zeros.default",
+        "new_ones.default",
+        "new_full.default",
+    )
+)
+
+
+@functools.cache
+def resolve(op: str) -> Any:
+    """The callable a step's ``op`` names: ``torch.ops.aten.normal_.default`` for
+    ``aten::normal_.default``, ``torch.nn.init.trunc_normal_`` for its dotted name."""
+    if "::" in op:
+        namespace, rest = op.split("::", 1)
+        name, _, overload = rest.partition(".")
+        packet = getattr(getattr(torch.ops, namespace), name)
+        return getattr(packet, overload or "default")
+    module, _, name = op.rpartition(".")
+    found: Any = torch
+    for part in module.split(".")[1:]:
+        found = getattr(found, part)
+    return getattr(found, name)
+
+
+@functools.cache
+def takes_generator(op: str) -> bool:
+    """Whether the op a step names takes a ``generator=`` argument."""
+    found = resolve(op)
+    if "::" not in op:
+        return True  # (torch.nn.init's functions: each takes one)
+    return any(a.name == "generator" for a in found._schema.arguments)
+
+
+@functools.cache
+def with_generator(op: str) -> str:
+    """The overload of an aten op that takes a ``generator=`` (``aten::randn.generator`` for
+    ``aten::randn.default``), or ``op`` itself if it takes one or has none."""
+    if "::" not in op or takes_generator(op):
+        return op
+    schema = resolve(op)._schema
+    names = [a.name for a in schema.arguments]
+    packet = resolve(op).overloadpacket
+    for overload in packet.overloads():
+        other = getattr(packet, overload)._schema
+        others = [a.name for a in other.arguments]
+        if "generator" in others and [n for n in others if n != "generator"] == names:
+            return f"{schema.name}.{overload}"
+    return op
+
+
+#: in-place ops that set what they write without reading it (an ``empty`` tensor they fill
+#: whole is initialized; ``mul_`` on one is not)
+_OVERWRITES = frozenset(
+    {
+        "aten::fill_.Scalar",
+        "aten::fill_.Tensor",
+        "aten::zero_.default",
+        "aten::copy_.default",
+        "aten::uniform_.default",
+        "aten::normal_.default",
+        "aten::bernoulli_.float",
+        "aten::bernoulli_.Tensor",
+        "aten::random_.default",
+        "aten::random_.from",
+        "aten::random_.to",
+        "aten::exponential_.default",
+        "aten::geometric_.default",
+        "aten::cauchy_.default",
+        "aten::log_normal_.default",
+        "aten::index_put_.default",
+        "aten::masked_fill_.Scalar",
+        "aten::masked_fill_.Tensor",
+        "aten::index_fill_.int_Scalar",
+        "aten::scatter_.value",
+        "aten::scatter_.src",
+        "torch.nn.init.trunc_normal_",
+    }
+)
+#: ops that write only some elements of their tensor, whatever its view
+_PARTIAL = frozenset(
+    {
+        "aten::index_put_.default",
+        "aten::masked_fill_.Scalar",
+        "aten::masked_fill_.Tensor",
+        "aten::index_fill_.int_Scalar",
+        "aten::scatter_.value",
+        "aten::scatter_.src",
+    }
+)
+
+
+def uninitialized(tape: Tape, storage: int) -> bool:
+    """Whether the tape leaves part of ``storage`` as uninitialized memory: it was made by an
+    ``empty`` and its later writes do not set every element (a partial write through a view,
+    ``w[0].normal_()``, leaves the other rows). Elements are counted with a mask only when
+    no write covers the storage whole."""
+    made = next((s for s in tape.steps if storage in s.creates), None)
+    if made is None or not made.uninitialized:
+        return False
+    size = max(
+        (extent(v) for v in made.outputs if v is not None and v.storage == storage), default=0
+    )
+    covered: list[View] = []
+    for step in tape.steps:
+        if storage not in step.writes or step.op not in _OVERWRITES or step.op in _PARTIAL:
+            continue
+        view = next((a for a in step.args if isinstance(a, View) and a.storage == storage), None)
+        if view is None:
+            continue
+        if view.offset == 0 and view.numel == size and extent(view) == size:
+            return False
+        covered.append(view)
+    if not covered:
+        return True
+    mask = torch.zeros(size, dtype=torch.bool)
+    for view in covered:
+        torch.as_strided(mask, view.size, view.stride, view.offset).fill_(True)
+    return not bool(mask.all())
+
+
+def extent(view: View) -> int:
+    """How many elements of its storage ``view`` spans (from the start)."""
+    if view.numel == 0:
+        return view.offset
+    return view.offset + 1 + sum((n - 1) * s for n, s in zip(view.size, view.stride, strict=True))
