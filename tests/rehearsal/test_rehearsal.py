@@ -286,6 +286,42 @@ def test_layers_built_in_one_checkpoint_draw_on_as_a_plain_first_call(reentrant:
             assert torch.equal(mine, theirs)
 
 
+class _Checkpointed(nn.Module):
+    """The usual activation-checkpointing loop: each block checkpointed in turn."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(lazynn.LazyLinear(8), nn.ReLU()) for _ in range(3)
+        )
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant)
+        return x
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_blocks_checkpointed_one_after_another_get_a_plain_first_calls_weights(
+    reentrant: bool,
+) -> None:
+    """Each block's build continues the builds of the one before (the same model): blocks of
+    one shape get different weights, those of the same model called without checkpoint."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    plain = _Checkpointed(reentrant)
+    nn.Sequential(*plain.blocks)(x)
+    for _ in range(2):  # (the second model, under the same seed, does not go on from the first)
+        torch.manual_seed(0)
+        model = _Checkpointed(reentrant)
+        model(x.clone().requires_grad_(True)).sum().backward()
+        weights = [block[0].weight for block in model.blocks]
+        assert not torch.equal(weights[0], weights[1])
+        for mine, theirs in zip(model.parameters(), plain.parameters(), strict=True):
+            assert torch.equal(mine, theirs)
+
+
 # --- threads and warnings ---------------------------------------------------------------------
 
 

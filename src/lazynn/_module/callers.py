@@ -245,16 +245,24 @@ _CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def in_checkpoint() -> Any:
-    """The function ``torch.utils.checkpoint`` (either kind) is running, if the call is
-    inside one: its backward recomputes the forward from the random state it saved at the
-    start; None outside. (A frame of torch's file on the stack; the function is its local
-    ``run_function`` (reentrant) or ``function``, else the frame's code object.
-    tests/rehearsal/test_rehearsal.py checks the effects.)"""
-    for frame in frames(2):
-        if frame.f_code.co_filename.endswith(_CHECKPOINT):
-            found = frame_locals(frame, _CHECKPOINTED)
-            return next(iter(found.values()), frame.f_code)
-    return None
+    """If the call is inside ``torch.utils.checkpoint`` (either kind), whose backward
+    recomputes the forward from the random state it saved at its start, what the builds
+    there belong to: the outermost module being called (a model whose forward checkpoints
+    block after block), else the checkpointed function; None outside. (A frame of torch's
+    file on the stack, its local ``run_function`` (reentrant) or ``function``, and the frames'
+    ``self``. tests/rehearsal/test_rehearsal.py checks the effects.)"""
+    found = None
+    frame: FrameType | None = sys._getframe(1)  # (only on a build: CPython's frame access)
+    while frame is not None:
+        if found is None and frame.f_code.co_filename.endswith(_CHECKPOINT):
+            function = frame_locals(frame, _CHECKPOINTED)
+            found = next(iter(function.values()), frame.f_code)
+        if found is not None:
+            owner = frame_locals(frame, ("self",)).get("self")
+            if isinstance(owner, nn.Module):
+                found = owner  # (the outermost one is the model)
+        frame = frame.f_back
+    return found
 
 
 #: the locals naming the checkpointed function in torch.utils.checkpoint's frames

@@ -220,13 +220,15 @@ def _differs(a: Any, b: Any) -> bool:
         return True
 
 
-def continue_builds(here: Context, checkpointed: Any, forward: RandomState) -> None:
-    """Inside ``torch.utils.checkpoint`` (running ``checkpointed``): go on with the builds'
-    own stream if the last such build was in the same checkpoint and left the generator as it
-    is now (``forward``: its state now); else the builds draw from here."""
+def continue_builds(here: Context, scope: Any, forward: RandomState) -> None:
+    """Inside ``torch.utils.checkpoint``, for a call of ``scope`` (the model, or the
+    checkpointed function; ``forward``: the generator's state now): go on with the builds' own
+    stream if the last such build was of the same scope (the blocks of one model, checkpointed
+    one after another, get the weights of consecutive constructions); else the builds draw
+    from here."""
     if here.build_stream is not None:
-        function, left, stream = here.build_stream
-        if function() is checkpointed and left.same_as(forward):
+        owner, _, stream = here.build_stream
+        if owner() is scope:
             stream.restore()
 
 
