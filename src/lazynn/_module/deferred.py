@@ -157,8 +157,8 @@ def keep(
     if target is None:
         return None
     getter = getattr(func, "__name__", "") == "__get__"
-    if attr == "data" and getter and first is target:
-        return _data_of(first)
+    if first is target and ((attr == "data" and getter) or func is torch.Tensor.detach):
+        return _data_of(first)  # (its .data, or a detached view: writes on it are its own)
     if attr == "is_meta" and getter:
         # (the frame that asked: this function's caller's caller; read only here, as
         # torch.compile cannot trace sys._getframe)

@@ -1,0 +1,126 @@
+"""One init program, every door: the eager model's numbers wherever doors combine.
+
+Each test is a case where a door (build, build on meta then materialize, a checkpoint, a
+first call, copies, pickles) combined with another, or with real init code, gave other
+numbers, dropped work or failed; each asserts equality with the eager model (every parameter
+and buffer, the generator after) or the error it now gives. Real-shaped models through every
+door: tests/building/test_real_models.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+import lazynn
+
+X = torch.randn(2, 5, generator=torch.Generator().manual_seed(1))
+
+
+def same_state(a: nn.Module, b: nn.Module) -> bool:
+    """Every parameter and buffer (non-persistent too) of ``a`` equals ``b``'s, by name."""
+    mine = {**dict(a.named_parameters()), **dict(a.named_buffers())}
+    theirs = {**dict(b.named_parameters()), **dict(b.named_buffers())}
+    return mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+# --- kept initializations, through every door (case 2) ----------------------------------------
+
+
+def _kept(lazy: bool) -> nn.Sequential:
+    first = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+    second = lazynn.LazyLinear(3) if lazy else nn.Linear(4, 3)
+    model = nn.Sequential(first, nn.ReLU(), second)
+    nn.init.normal_(model[0].weight, std=0.02)
+    model[2].bias.data.fill_(0.5)
+    return model
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize", "partial assign load"])
+def test_kept_initializations_hold_through_every_door(door: str) -> None:
+    torch.manual_seed(0)
+    eager = _kept(False)
+    after = torch.rand(2)
+    torch.manual_seed(0)
+    model = _kept(True)
+    if door == "build":
+        lazynn.build(model, X)
+    else:
+        lazynn.build(model, X, device="meta")
+        if door == "partial assign load":
+            loaded = {"0.weight": eager[0].weight.detach().clone()}
+            model.load_state_dict(loaded, strict=False, assign=True)
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.rand(2), after)
+
+
+# --- zero_module: writes through p.detach() (case 3) -------------------------------------------
+
+
+def zero_module(module: nn.Module) -> nn.Module:
+    """improved-diffusion's, as Stable Diffusion and ControlNet write it."""
+    for p in module.parameters():
+        p.detach().zero_()
+    return module
+
+
+@pytest.mark.parametrize("door", ["build", "first call"])
+def test_zero_module_writes_through_detach_on_an_unbuilt_layer(door: str) -> None:
+    images = torch.randn(2, 3, 8, 8)
+    layer = zero_module(lazynn.LazyConv2d(4, 3))
+    if door == "build":
+        lazynn.build(layer, images)
+    else:
+        layer(images)
+    assert layer.weight.count_nonzero() == 0
+    assert layer.bias.count_nonzero() == 0
+
+
+# --- a meta-built model wrapped, copied, pickled, or built under torch.device (case 4) ----------
+
+
+class _XavierNet(nn.Module):
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        nn.init.xavier_uniform_(self.fc.weight)  # (needs the shape: the factory form)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+def _saved(model: nn.Module) -> nn.Module:
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("how", ["wrapped", "deepcopy", "pickled", "torch.save", "device ctx"])
+def test_a_meta_built_model_keeps_its_init_programs_wherever_it_goes(how: str) -> None:
+    torch.manual_seed(0)
+    eager = nn.Sequential(_XavierNet(lazy=False))
+    torch.manual_seed(0)
+    if how == "device ctx":
+        with torch.device("meta"):
+            built = lazynn.build(_XavierNet, X)
+    else:
+        built = lazynn.build(_XavierNet, X, device="meta")
+    model = {
+        "wrapped": lambda m: m,
+        "deepcopy": copy.deepcopy,
+        "pickled": lambda m: pickle.loads(pickle.dumps(m)),
+        "torch.save": _saved,
+        "device ctx": lambda m: m,
+    }[how](built)
+    model = nn.Sequential(model)
+    assert all(t.is_meta for t in model.parameters())
+    lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
