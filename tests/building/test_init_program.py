@@ -124,3 +124,78 @@ def test_a_meta_built_model_keeps_its_init_programs_wherever_it_goes(how: str) -
     assert all(t.is_meta for t in model.parameters())
     lazynn.materialize(model, "cpu")
     assert same_state(model, eager)
+
+
+# --- partial writes: never uninitialized memory (case 5) -----------------------------------
+
+
+class _RowZero(nn.Module):
+    """An initializer that writes one row: the others keep what ``__init__`` gave them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(3, 4))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.w[0].normal_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class _Assigns(nn.Module):
+    """An initializer that replaces its tensor's data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(3, 4))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.w.data = torch.randn(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+@pytest.mark.parametrize("kind", [_RowZero, _Assigns])
+def test_an_initializer_writing_part_of_a_tensor_or_replacing_it_gives_the_eager_values(
+    kind: type[nn.Module],
+) -> None:
+    """Replayed after a lazy layer (the instance form), on meta then materialized."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4), kind())
+    after = torch.rand(2)
+    torch.manual_seed(0)
+    model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4), kind()), X, device="meta")
+    lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.rand(2), after)
+
+
+def test_a_meta_made_model_whose_initializer_writes_part_of_a_tensor_is_refused() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(_RowZero())
+    with pytest.raises(lazynn.LazynnError, match=r"'0\.w'.*written in part"):
+        lazynn.materialize(model, "cpu")
+    assert model[0].w.is_meta
+
+
+def test_a_program_that_leaves_part_of_an_empty_tensor_unwritten_is_refused() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(4)
+            self.w = nn.Parameter(torch.empty(3, 4))
+            with torch.no_grad():
+                self.w[0].normal_()  # (rows 1.. are whatever memory holds, in eager too)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    model = lazynn.build(Net, X, device="meta")
+    with pytest.raises(lazynn.LazynnError, match=r"only in part.*'w'"):
+        lazynn.materialize(model, "cpu")
+    assert model.w.is_meta

@@ -360,7 +360,8 @@ def _allocate(
             with atomic(model, undo=allocation.undo):
                 # (on meta, the allocation is recorded: each tensor keeps its init program)
                 recorder = Recorder() if allocation.on_meta else None
-                with torch.inference_mode(False), recorder or contextlib.nullcontext():
+                where = torch.device("meta") if recorder else contextlib.nullcontext()
+                with torch.inference_mode(False), where, recorder or contextlib.nullcontext():
                     _allocate_in_order(model, order, rehearsal, allocation, lazy, device, dtype)
                 if recorder is not None:
                     attach(model, recorder)

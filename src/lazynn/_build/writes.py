@@ -41,12 +41,24 @@ def _key(tensor: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(local.untyped_storage())
 
 
+#: ops that make a tensor without setting its elements
+_EMPTY = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+)
+
+#: where a write went in its storage: (size, stride, offset), in elements
+_Where = tuple[tuple[int, ...], tuple[int, ...], int]
+
+
 class Writes(TorchDispatchMode):
-    """Records the storages written while active (see the module doc)."""
+    """Records which elements of which storages are written while active (see the module
+    doc): a write through a view (``w[0].normal_()``) sets that view's elements only. A tensor
+    an op makes (``torch.randn``, ``zeros``) is written whole, unless the op is an ``empty``."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.storages: set[StorageWeakRef] = set()
+        #: storage -> None (written whole) or where its partial writes went
+        self.storages: dict[StorageWeakRef, list[_Where] | None] = {}
 
     def __torch_dispatch__(
         self,
@@ -62,9 +74,53 @@ class Writes(TorchDispatchMode):
             value = args[index] if index < len(args) else kwargs.get(argument.name)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
-                    self.storages.add(_key(tensor))
-        return func(*args, **kwargs)
+                    self._note(tensor)
+        result = func(*args, **kwargs)
+        if func._schema.name.split("::")[-1] not in _EMPTY and not any(
+            r.alias_info is not None for r in func._schema.returns
+        ):
+            for tensor in result if isinstance(result, (list, tuple)) else (result,):
+                if isinstance(tensor, torch.Tensor):
+                    self.storages[_key(tensor)] = None  # (made by it: set whole)
+        return result
+
+    def _note(self, tensor: torch.Tensor) -> None:
+        local = getattr(tensor, "_local_tensor", tensor)
+        key = _key(tensor)
+        if self.storages.get(key, []) is None:
+            return
+        where = (tuple(local.shape), tuple(local.stride()), int(local.storage_offset()))
+        if _whole(local, where):
+            self.storages[key] = None
+        else:
+            self.storages.setdefault(key, []).append(where)  # type: ignore[union-attr]
 
     def wrote(self, tensor: torch.Tensor) -> bool:
-        """Whether an op wrote into ``tensor``'s storage while the mode was active."""
-        return _key(tensor) in self.storages
+        """Whether ops set every element of ``tensor`` while the mode was active."""
+        found = self.storages.get(_key(tensor), [])
+        if found is None:
+            return True
+        if not found:
+            return False
+        local = getattr(tensor, "_local_tensor", tensor)
+        mask = torch.zeros(_elements(local), dtype=torch.bool)
+        for size, stride, offset in found:
+            torch.as_strided(mask, size, stride, offset).fill_(True)
+        mine = torch.as_strided(
+            mask, tuple(local.shape), tuple(local.stride()), int(local.storage_offset())
+        )
+        return bool(mine.all())
+
+
+def _elements(tensor: torch.Tensor) -> int:
+    """How many elements of ``tensor``'s dtype its storage holds."""
+    return int(tensor.untyped_storage().nbytes() // max(tensor.element_size(), 1))
+
+
+def _whole(tensor: torch.Tensor, where: _Where) -> bool:
+    """Whether a write through ``where`` sets every element of ``tensor``'s storage."""
+    size, _, offset = where
+    numel = 1
+    for n in size:
+        numel *= n
+    return offset == 0 and numel == _elements(tensor) and tensor.is_contiguous()

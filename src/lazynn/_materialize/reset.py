@@ -197,15 +197,16 @@ def _unwritten_error(left: list[str]) -> LazynnError:
     return LazynnError(
         message(
             "lazynn.materialize",
-            "initializers (reset_parameters()) that write every meta tensor they are given",
-            "tensors no initializer writes: "
+            "initializers (reset_parameters()) that write every element of every meta tensor "
+            "they are given",
+            "tensors no initializer writes whole: "
             + ", ".join(f"'{t}'" for t in left[:8])
             + (f" and {len(left) - 8} more" if len(left) > 8 else "")
-            + " (made in __init__: a mask or rotary buffer, a gain), which would hold "
-            "uninitialized memory",
-            "construct the model with lazynn.build(Net, example, device='meta') (the factory "
-            "form: materialize then runs your __init__ itself), or set these tensors in the "
-            "module's reset_parameters()",
+            + " (made in __init__: a mask or rotary buffer, a gain; or written in part, "
+            "w[0].normal_()), which would hold uninitialized memory",
+            "construct the model with lazynn.build(Net, example, device='meta') (its tensors "
+            "keep their init programs: materialize runs your __init__'s code), or set these "
+            "tensors whole in the module's reset_parameters()",
             outcome="the model is unchanged, on meta",
         )
     )

@@ -234,19 +234,35 @@ _PARTIAL = frozenset(
 )
 
 
-def uninitialized(tape: Tape, storage: int) -> bool:
-    """Whether the tape leaves part of ``storage`` as uninitialized memory: it was made by an
-    ``empty`` and its later writes do not set every element (a partial write through a view,
-    ``w[0].normal_()``, leaves the other rows). Elements are counted with a mask only when
-    no write covers the storage whole."""
-    made = next((s for s in tape.steps if storage in s.creates), None)
-    if made is None or not made.uninitialized:
+#: ops that make a new storage holding what another holds (initialized as far as it is)
+_COPIES = frozenset(
+    {"aten::clone.default", "aten::_to_copy.default", "aten::detach_copy.default"}
+)  # fmt: skip
+
+
+def uninitialized(tape: Tape, storage: int, upto: int | None = None) -> bool:
+    """Whether the tape (its first ``upto`` steps) leaves part of ``storage`` as uninitialized
+    memory: it was made by an ``empty`` (or copied from one: ``copy.deepcopy`` is a
+    ``clone``), and its later writes do not set every element (a partial write through a
+    view, ``w[0].normal_()``, leaves the other rows). Elements are counted with a mask only
+    when no write covers the storage whole."""
+    upto = len(tape.steps) if upto is None else upto
+    made_at = next((i for i, s in enumerate(tape.steps[:upto]) if storage in s.creates), None)
+    if made_at is None:
+        return False  # (made before the tape: a real tensor, with its values)
+    made = tape.steps[made_at]
+    source = made.args[0] if made.args and made.op in _COPIES else None
+    if isinstance(source, View):
+        empty = uninitialized(tape, source.storage, made_at)
+    else:
+        empty = made.uninitialized
+    if not empty:
         return False
     size = max(
         (extent(v) for v in made.outputs if v is not None and v.storage == storage), default=0
     )
     covered: list[View] = []
-    for step in tape.steps:
+    for step in tape.steps[made_at + 1 : upto]:
         if storage not in step.writes or step.op not in _OVERWRITES or step.op in _PARTIAL:
             continue
         view = next((a for a in step.args if isinstance(a, View) and a.storage == storage), None)
