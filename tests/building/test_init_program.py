@@ -12,7 +12,9 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import random
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -199,3 +201,109 @@ def test_a_program_that_leaves_part_of_an_empty_tensor_unwritten_is_refused() ->
     with pytest.raises(lazynn.LazynnError, match=r"only in part.*'w'"):
         lazynn.materialize(model, "cpu")
     assert model.w.is_meta
+
+
+# --- code in __init__ that moves generators, and work queued there (cases 6, 7) ---------------
+
+_PRIVATE = torch.Generator().manual_seed(7)
+
+
+class _Sideways(nn.Module):
+    """Init code that reseeds, draws on the CPU explicitly, queues work, and draws from
+    numpy, Python's random and a private generator."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        torch.manual_seed(5)
+        self.b = lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4)
+        self.register_buffer("noise", torch.randn(4, device="cpu"))
+        self.c = lazynn.LazyLinear(3) if lazy else nn.Linear(4, 3)
+        if lazy:
+            lazynn.on_build(self.c, lambda m: nn.init.normal_(m.weight))
+        else:
+            nn.init.normal_(self.c.weight)
+        self.d = lazynn.LazyLinear(3) if lazy else nn.Linear(3, 3)
+        self.emb = nn.Parameter(torch.from_numpy(np.random.randn(3, 2)).float())
+        self.coin = random.random()
+        self.g = nn.Parameter(torch.randn(2, generator=_PRIVATE))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.d(self.c(self.b(self.a(x))))  # type: ignore[no-any-return]
+
+
+def _seeded() -> None:
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    _PRIVATE.manual_seed(7)
+
+
+def _states() -> tuple[torch.Tensor, np.ndarray, object, torch.Tensor]:
+    numpy_state = np.random.get_state()[1].copy()
+    return torch.get_rng_state(), numpy_state, random.getstate(), _PRIVATE.get_state()
+
+
+def _same_states(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return (
+        torch.equal(a[0], b[0])  # type: ignore[arg-type]
+        and bool((a[1] == b[1]).all())  # type: ignore[attr-defined]
+        and a[2] == b[2]
+        and torch.equal(a[3], b[3])  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_init_code_that_moves_generators_and_queues_work_gives_the_eager_program(
+    door: str,
+) -> None:
+    _seeded()
+    eager = _Sideways(lazy=False)
+    after = _states()
+    _seeded()
+    if door == "build":
+        model = lazynn.build(_Sideways, X)
+    else:
+        model = lazynn.materialize(lazynn.build(_Sideways, X, device="meta"), "cpu")
+    assert same_state(model, eager)
+    assert model.coin == eager.coin
+    assert _same_states(_states(), after)
+
+
+def test_a_summary_of_a_factory_moves_no_generator() -> None:
+    _seeded()
+    before = _states()
+    lazynn.summary(_Sideways, X)
+    assert _same_states(_states(), before)
+
+
+class _Drawing(nn.Module):
+    """A forward that reseeds and draws in ways a meta run does not (on the CPU, through
+    torch.distributions, Python's random: LayerDrop)."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(3)
+        ones = torch.ones(2, device="cpu")
+        torch.binomial(ones, torch.full((2,), 0.5, device="cpu"))
+        torch.distributions.Gamma(ones, ones).sample()
+        if random.random() < 0.5:  # (LayerDrop)
+            x = x * 1.0
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+def test_a_forward_that_moves_generators_is_built_and_summarized_as_eager() -> None:
+    _seeded()
+    eager = _Drawing(lazy=False)
+    after = _states()
+    _seeded()
+    model = lazynn.build(_Drawing, X)
+    assert same_state(model, eager)
+    assert _same_states(_states(), after)
+    _seeded()
+    before = _states()
+    lazynn.summary(_Drawing, X)
+    assert _same_states(_states(), before)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -189,6 +190,7 @@ class Recorder:
             index = self._generators[id(generator)] = len(self.tape.generators)
             self.tape.generators.append(generator.get_state())
             self._generator_objects.append(generator)
+            self.tape.owners.append(weakref.ref(generator))
         return GeneratorRef(index)
 
     # --- steps -----------------------------------------------------------------------------

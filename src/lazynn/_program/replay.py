@@ -247,6 +247,10 @@ class Replay:
 
     def finish(self) -> None:
         """Leave the device's generator, and each recorded one, where the program leaves it."""
+        for owner, private in zip(self.tape.owners, self.private, strict=False):
+            generator = owner()
+            if generator is not None:
+                generator.set_state(private.get_state())
         if self.device.type == "cuda":
             torch.cuda.set_rng_state(self.default.get_state(), self.device)
         else:

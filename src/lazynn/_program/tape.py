@@ -124,6 +124,14 @@ class Tape:
     generators: list[torch.Tensor] = field(default_factory=list)
     #: storages made before the tape began (their number -> why they have no program)
     external: dict[int, str] = field(default_factory=dict)
+    #: weak references to the generators ``generators`` are the states of (a replay leaves
+    #: each where the program leaves it); not kept by a copy or a pickle
+    owners: list[Any] = field(default_factory=list)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["owners"] = []
+        return state
 
 
 #: ops whose first argument gives only a shape, strides, dtype and device

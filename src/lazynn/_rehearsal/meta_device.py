@@ -41,7 +41,8 @@ _DRAWS = frozenset(
         "normal", "bernoulli", "multinomial", "poisson", "uniform_", "normal_", "bernoulli_",
         "random_", "exponential_", "geometric_", "cauchy_", "log_normal_", "dropout",
         "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-        "rrelu", "rrelu_",
+        "rrelu", "rrelu_", "binomial", "_standard_gamma", "_sample_dirichlet",
+        "native_dropout", "feature_dropout", "feature_dropout_",
     }
 )  # fmt: skip
 

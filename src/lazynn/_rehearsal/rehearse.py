@@ -43,7 +43,7 @@ from .._errors import (
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
 from .._module.lifecycle import is_lazy_module
-from .._module.snapshot import RandomState
+from .._module.snapshot import OtherRandom, RandomState
 from .._module.state import BUILD_LOCK, Rehearsing, context
 from .._module.tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
 from .memo import Below, Memo
@@ -277,7 +277,8 @@ def rehearse(
     handles = run.hook()
     here = context()
     outer, here.rehearsal = here.rehearsal, run.rehearsing
-    drawn, device = RandomState(), MetaDevice()  # (see the module doc)
+    drawn, others, device = RandomState(), OtherRandom(), MetaDevice()  # (the module doc)
+    seed = torch.initial_seed()
     try:
         # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
         # device: what the forward creates without a device is meta, and draws nothing)
@@ -285,8 +286,9 @@ def rehearse(
             output = run(root, meta_args, meta_kwargs)
     finally:
         here.rehearsal = outer
-        if device.drew:
+        if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
             drawn.restore()
+        others.restore()  # (Python's random, numpy's: LayerDrop's draws, if it moved them)
         if twin is None:  # the caller's model, built in place: nothing of the run stays
             for handle in handles:
                 handle.remove()
