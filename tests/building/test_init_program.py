@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import pickle
 import random
 
@@ -307,3 +308,95 @@ def test_a_forward_that_moves_generators_is_built_and_summarized_as_eager() -> N
     before = _states()
     lazynn.summary(_Drawing, X)
     assert _same_states(_states(), before)
+
+
+# --- kept initializations: any in-place step, moves, pickles, generators (cases 9, 12, 21) -----
+
+
+def _timm_trunc_normal_(tensor: torch.Tensor, std: float = 0.02) -> torch.Tensor:
+    """timm's own ``trunc_normal_`` (``layers/weight_init.py``), as older models carry it."""
+    with torch.no_grad():
+        low, high = (
+            (1.0 + math.erf(-2.0 / 2**0.5)) / 2.0,
+            (1.0 + math.erf(2.0 / 2**0.5)) / 2.0,
+        )
+        tensor.uniform_(2 * low - 1, 2 * high - 1)
+        tensor.erfinv_()
+        tensor.mul_(std * 2**0.5)
+        tensor.add_(0.0)
+        tensor.clamp_(min=-2.0, max=2.0)
+    return tensor
+
+
+def _in_place_init(lazy: bool) -> nn.Sequential:
+    model = nn.Sequential(
+        lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4),
+        lazynn.LazyLinear(6) if lazy else nn.Linear(4, 6),
+    )
+    _timm_trunc_normal_(model[0].weight)
+    inv_dt = torch.linspace(1e-3, 0.1, 6)  # (Mamba's dt_proj: a real tensor copied in)
+    with torch.no_grad():
+        model[1].bias.copy_(inv_dt + torch.log(-torch.expm1(-inv_dt)))
+        model[1].weight.div_(2.0)  # (GPT-2's residual rescaling)
+        model[1].weight[0] = 1.0
+        model[0].bias *= 0.5
+    return model
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize", "first call"])
+def test_any_in_place_step_on_an_unbuilt_placeholder_is_kept(door: str) -> None:
+    torch.manual_seed(0)
+    eager = _in_place_init(lazy=False)
+    torch.manual_seed(0)
+    model = _in_place_init(lazy=True)
+    if door == "first call":  # (layer by layer, in call order, as torch's: only what is kept)
+        model(X)
+        assert torch.equal(model[1].bias, eager[1].bias)
+        assert torch.equal(model[1].weight[0], eager[1].weight[0])  # (halved, then set)
+        assert model[0].weight.abs().max() <= 2 * 0.02 * 2**0.5  # (truncated)
+        return
+    if door == "build":
+        lazynn.build(model, X)
+    else:
+        lazynn.materialize(lazynn.build(model, X, device="meta"), "cpu")
+    assert same_state(model, eager)
+
+
+def test_a_kept_initialization_runs_in_the_dtype_the_layer_was_made_in() -> None:
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4))
+    nn.init.normal_(eager[0].weight)
+    eager.double()
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4))
+    nn.init.normal_(model[0].weight)
+    model.double()
+    lazynn.build(model, X.double())
+    assert same_state(model, eager)
+    assert model[0].weight.dtype == torch.float64
+
+
+def test_a_kept_initialization_from_a_generator_that_drew_since_warns() -> None:
+    generator = torch.Generator().manual_seed(1)
+    model = nn.Sequential(lazynn.LazyLinear(4))
+    nn.init.normal_(model[0].weight, generator=generator)
+    torch.randn(3, generator=generator)  # (the eager program drew its numbers before this)
+    with pytest.warns(UserWarning, match="drawn since it was written"):
+        model(X)
+
+
+def test_a_set_on_a_placeholder_is_kept() -> None:
+    layer = lazynn.LazyLinear(4)
+    with torch.no_grad():
+        layer.bias.set_(torch.ones(4))
+    layer(X)
+    assert torch.equal(layer.bias, torch.ones(4))
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_kept_initializations_survive_a_pickle_of_an_unbuilt_model(how: str) -> None:
+    model = nn.Sequential(lazynn.LazyLinear(4))
+    nn.init.constant_(model[0].weight, 0.5)
+    copied = pickle.loads(pickle.dumps(model)) if how == "pickle" else _saved(model)
+    copied(X)
+    assert torch.equal(copied[0].weight, torch.full((4, 5), 0.5))

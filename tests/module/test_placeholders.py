@@ -61,7 +61,6 @@ OPERATIONS: list[tuple[str, Callable[[torch.Tensor], Any]]] = [
     ("item", lambda p: p.item()),
     ("tolist", lambda p: p.tolist()),
     ("clone", lambda p: p.clone()),
-    ("add_", lambda p: p.add_(1)),
     ("eq", lambda p: p == 0),
     ("bool", lambda p: bool(p)),
     ("torch.sum", lambda p: torch.sum(p)),

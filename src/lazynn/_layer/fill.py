@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .._errors import module_path
-from .._module.deferred import Init, inits_of
+from .._module.deferred import SELF, Init, inits_of
 from .._module.placeholder import fill
 from .._module.tensors import is_placeholder, raw
 from .construct import MODULE_KEYS, Slot, key_text
@@ -54,6 +54,8 @@ class Move:
     name: str
     tensor: torch.Tensor
     value: torch.Tensor
+    #: the dtype it takes after its kept initializations have run, or None
+    later: torch.dtype | None = None
 
 
 def plan_moves(
@@ -102,9 +104,14 @@ def plan_moves(
         held = raw(tensor)
         target_device = held.device if device is None else value.device
         target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
+        later = None
+        if inits_of(tensor) and value.dtype != target_dtype and device is None and dtype is None:
+            # (moved to another dtype since: eager code initialized it in the dtype it was
+            # made in, then moved it; its kept initializations run first, then the move)
+            later, target_dtype = target_dtype, value.dtype
         if value.device != target_device or value.dtype != target_dtype:
             value = value.to(device=target_device, dtype=target_dtype)
-        moves.append(Move(own_modules[prefix], name, tensor, value))
+        moves.append(Move(own_modules[prefix], name, tensor, value, later))
     return moves
 
 
@@ -150,7 +157,14 @@ def commit(moves: list[Move]) -> Pending:
             if store.get(name) is tensor:  # (a slot tied to a built tensor keeps it)
                 store[name] = new
         pending += [(init, value) for init in inits]
+        if move.later is not None:  # (after every initialization written so far)
+            pending.append((Init(_to_dtype, (SELF, move.later), {}), value))
     return pending
+
+
+def _to_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> None:
+    """Move ``tensor`` to ``dtype`` as ``module.to(dtype)`` does (in place of its data)."""
+    tensor.data = tensor.data.to(dtype)
 
 
 def take_settings(layer: nn.Module, eager: nn.Module) -> None:

@@ -42,6 +42,7 @@ nothing; the second run does it for real.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -51,6 +52,7 @@ import torch
 from torch import nn
 
 from .._errors import frame_locals, func_name
+from .callers import find_tool
 from .state import constructed, next_order
 from .tensors import is_placeholder, raw
 
@@ -58,7 +60,9 @@ __all__ = [
     "DATA_OF",
     "INITS",
     "PROBE",
+    "SELF",
     "Init",
+    "add",
     "inits_of",
     "keep",
     "on_probes",
@@ -80,6 +84,9 @@ class _Self:
 
     def __repr__(self) -> str:
         return "<the tensor>"
+
+    def __reduce__(self) -> str:
+        return "SELF"  # (one object: a pickled Init finds it again)
 
 
 SELF = _Self()
@@ -106,13 +113,32 @@ class Init:
     #: how many lazy layers the program had constructed when it wrote it (``build`` runs it
     #: after constructing those, before the next)
     after: int = field(default_factory=constructed)
+    #: the state of the generator it names (``generator=g``) when it was written, or None
+    drawn_from: torch.Tensor | None = None
 
     def run(self, tensor: torch.Tensor) -> None:
-        """Run it on ``tensor`` (without autograd, as ``nn.init`` and ``.data`` do)."""
+        """Run it on ``tensor`` (without autograd, as ``nn.init`` and ``.data`` do). Drawn
+        from a generator of its own that has moved since it was written, it is not the
+        eager numbers: a warning says so."""
         args = tuple(tensor if a is SELF else a for a in self.args)
         kwargs = {k: tensor if v is SELF else v for k, v in self.kwargs.items()}
+        generator = kwargs.get("generator")
+        if isinstance(generator, torch.Generator) and self.drawn_from is not None:
+            self._check(generator, self.drawn_from)
         with torch.no_grad():
             self.fn(*args, **kwargs)
+
+    def _check(self, generator: torch.Generator, then: torch.Tensor) -> None:
+        """Warn if ``generator`` drew since the initialization was written (at ``then``)."""
+        if not torch.equal(generator.get_state(), then):
+            warnings.warn(
+                f"lazynn: the initialization {self.text()} kept on an unbuilt placeholder "
+                "draws from a generator that has drawn since it was written: its numbers "
+                "are not the eager program's (which drew them then). Draw from the default "
+                "generator, or construct the model with lazynn.build(Net, example) (the "
+                "factory form), which runs the initialization where it is written",
+                stacklevel=5,
+            )
 
     def text(self) -> str:
         """``torch.nn.init.normal_(std=0.02)``, for messages."""
@@ -139,6 +165,7 @@ def _data_of(placeholder: Any) -> torch.Tensor:
     detach from)."""
     alias: torch.Tensor = placeholder._like(raw(placeholder), requires_grad=False)
     alias.__dict__[DATA_OF] = placeholder
+    alias.__dict__.pop(INITS, None)  # (what is written on it is the placeholder's)
     return alias
 
 
@@ -206,17 +233,53 @@ def from_call(
 ) -> Init | None:
     """The :class:`Init` of ``func(*args, **kwargs)`` on ``target`` (a placeholder, or its
     ``.data``: recorded on the placeholder), or None if the call is not one to keep."""
-    if func not in _FUNCTIONS and func not in _METHODS:
+    if func not in _FUNCTIONS and not _in_place(func):
         return None
     first = args[0] if args else kwargs.get("tensor")
     if first is None or not _is(first, target):
         return None
-    others = [*args[1:], *(v for k, v in kwargs.items() if k != "tensor" or args)]
-    if any(isinstance(v, torch.Tensor) for v in others):
-        return None  # another tensor in the call (a placeholder or data): not a fill
+    others = [v for v in (*args[1:], *kwargs.values()) if not _is(v, target)]
+    if any(is_placeholder(v) for v in others):
+        return None  # (an unbuilt tensor into an unbuilt one: nothing to keep; torch's no-op)
+    if func not in _FUNCTIONS and func not in _METHODS:
+        if _tool() is not None:
+            return None  # (a tool's write, AveragedModel's update: refused, with its fix)
+        if first is target and target.requires_grad and torch.is_grad_enabled():
+            # (as eager code is refused it: an in-place step on a parameter autograd tracks)
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
+    generator = kwargs.get("generator")
+    drawn = generator.get_state() if isinstance(generator, torch.Generator) else None
     if args:
-        return Init(func, (SELF, *args[1:]), dict(kwargs))
-    return Init(func, (), {**kwargs, "tensor": SELF})
+        return Init(func, (SELF, *args[1:]), dict(kwargs), drawn_from=drawn)
+    return Init(func, (), {**kwargs, "tensor": SELF}, drawn_from=drawn)
+
+
+#: in-place methods that are no initialization (they change how the tensor is tracked)
+_NOT_WRITES = frozenset(
+    {"requires_grad_", "share_memory_", "detach_", "retain_grad", "resize_", "resize_as_"}
+)
+#: in-place operators, as Python names them
+_OPERATORS = frozenset(
+    {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__"}
+)
+
+
+def _tool() -> Any:
+    """A torch tool on the stack that writes into a model after its construction (not
+    ``torch.nn.init``, whose fills are initialization), or None."""
+    found = find_tool()
+    return found if found is not None and found.name != "torch.nn.init" else None
+
+
+def _in_place(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` writes its first tensor in place (``mul_``, ``erfinv_``, ``copy_``,
+    ``set_``, ``p[0] = 1``, ``p *= 2``): a write kept on a placeholder, to run at the build."""
+    name = getattr(func, "__name__", "")
+    if name in _OPERATORS:
+        return True
+    return name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES
 
 
 def from_trunc_normal(frame: FrameType | None, target: torch.Tensor) -> Init | None:

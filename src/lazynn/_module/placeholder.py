@@ -34,7 +34,7 @@ from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
 from .._errors import UnbuiltError, func_name
 from .callers import distributed, untraced
-from .deferred import INITS, PROBE, keep, on_probes, probed
+from .deferred import DATA_OF, INITS, PROBE, SELF, Init, add, keep, on_probes, probed
 from .refusals import refusal, wrapper_refusal
 from .tensors import is_placeholder
 from .tensors import raw as _raw
@@ -183,6 +183,12 @@ class _Placeholder(_TensorForTyping):
 
     def share_memory_(self) -> Any:
         raise self._refuse("Tensor.share_memory_() (module.share_memory())")
+
+    def set_(self, *args: Any, **kwargs: Any) -> Any:
+        # (set_ reaches no __torch_function__: kept here, as the other in-place writes are)
+        target = self.__dict__.get(DATA_OF, self)
+        add(target, Init(torch.Tensor.set_, (SELF, *args), dict(kwargs)))
+        return self
 
     # --- what a placeholder is -----------------------------------------------------------
     def materialize(
@@ -333,7 +339,9 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         raw = _raw(self)
         marker = self.__dict__.get("_lazynn_checkpoint")
-        return (_rebuild, (type(self), self.requires_grad, raw.device, raw.dtype, True, marker))
+        inits = self.__dict__.get(INITS, ())  # (kept initializations travel with it)
+        arguments = (type(self), self.requires_grad, raw.device, raw.dtype, True, marker)
+        return (_rebuild, (*arguments, inits) if inits else arguments)
 
 
 def _new_parameter(
@@ -375,10 +383,9 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
         raw = _raw(self)
         persistent = self.__dict__.get("persistent", True)
         marker = self.__dict__.get("_lazynn_checkpoint")
-        return (
-            _rebuild,
-            (type(self), self.requires_grad, raw.device, raw.dtype, persistent, marker),
-        )
+        inits = self.__dict__.get(INITS, ())  # (kept initializations travel with it)
+        arguments = (type(self), self.requires_grad, raw.device, raw.dtype, persistent, marker)
+        return (_rebuild, (*arguments, inits) if inits else arguments)
 
 
 def _rebuild(
@@ -388,8 +395,10 @@ def _rebuild(
     dtype: torch.dtype,
     persistent: bool,
     checkpoint: str | None,
+    inits: tuple[Any, ...] = (),
 ) -> torch.Tensor:
-    """Unpickle a placeholder (registered as a safe global for ``torch.load``)."""
+    """Unpickle a placeholder (registered as a safe global for ``torch.load``), with the
+    initializations kept on it."""
     new: torch.Tensor
     if cls is UninitializedBuffer:
         new = UninitializedBuffer(requires_grad, device, dtype, persistent)
@@ -399,6 +408,8 @@ def _rebuild(
         raise TypeError(f"not a lazynn placeholder class: {cls!r}")
     if checkpoint is not None:
         new._lazynn_checkpoint = checkpoint  # type: ignore[union-attr]
+    if inits:
+        new.__dict__[INITS] = tuple(inits)
     return new
 
 
