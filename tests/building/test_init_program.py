@@ -400,3 +400,86 @@ def test_kept_initializations_survive_a_pickle_of_an_unbuilt_model(how: str) -> 
     copied = pickle.loads(pickle.dumps(model)) if how == "pickle" else _saved(model)
     copied(X)
     assert torch.equal(copied[0].weight, torch.full((4, 5), 0.5))
+
+
+# --- loaded values win; attributes kept; a second materialize (cases 10, 11, 14) --------------
+
+
+def _zero_init(module: nn.Module) -> None:
+    for p in module.parameters():
+        nn.init.zeros_(p)
+
+
+def _checkpoint() -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    source = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    return source, {k: v.detach().clone() for k, v in source.state_dict().items()}
+
+
+def test_queued_work_runs_before_an_assign_load_of_a_meta_built_model() -> None:
+    source, checkpoint = _checkpoint()
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(3))
+    lazynn.on_build(model, _zero_init)
+    lazynn.build(model, X, device="meta")
+    model.load_state_dict(checkpoint, assign=True)
+    lazynn.materialize(model, "cpu")
+    assert same_state(model, source)  # (the eager program: construct, zero, load)
+
+
+class _QueuesInInit(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4)
+        self.b = lazynn.LazyLinear(3)
+        lazynn.on_build(self, _zero_init)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+def test_queued_work_of_a_factory_runs_before_an_assign_load() -> None:
+    source, checkpoint = _checkpoint()
+    model = lazynn.build(_QueuesInInit, X, device="meta")
+    renamed = {k.replace("0.", "a.").replace("2.", "b."): v for k, v in checkpoint.items()}
+    model.load_state_dict(renamed, assign=True)
+    lazynn.materialize(model, "cpu")
+    assert torch.equal(model.a.weight, source[0].weight)
+    assert torch.equal(model.b.bias, source[2].bias)
+
+
+def test_queued_work_running_after_a_partial_load_keeps_the_loaded_values() -> None:
+    source, checkpoint = _checkpoint()
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(3))
+    lazynn.on_build(model, _zero_init)
+    partial = {"0.weight": checkpoint["0.weight"], "0.bias": checkpoint["0.bias"]}
+    model.load_state_dict(partial, strict=False)
+    model(X)  # (builds the rest, then the queue runs: on everything but what was loaded)
+    assert torch.equal(model[0].weight, source[0].weight)
+    assert model[2].weight.count_nonzero() == 0
+
+
+class _Tagged(nn.Module):
+    """Mamba's ``A_log._no_weight_decay``: a Python attribute on a parameter."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, 4, dtype=torch.float32)))
+        self.A_log._no_weight_decay = True  # type: ignore[attr-defined]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+def test_materialize_keeps_the_python_attributes_set_on_tensors() -> None:
+    model = lazynn.materialize(lazynn.build(_Tagged, X, device="meta"), "cpu")
+    assert model.A_log._no_weight_decay is True  # type: ignore[attr-defined]
+    assert torch.equal(model.A_log, torch.log(torch.arange(1, 4, dtype=torch.float32)))
+
+
+def test_a_second_materialize_changes_nothing_and_draws_nothing() -> None:
+    torch.manual_seed(0)
+    model = lazynn.materialize(lazynn.build(_Tagged, X, device="meta"), "cpu")
+    state, weight = torch.get_rng_state(), model.fc.weight.detach().clone()
+    lazynn.materialize(model, "cpu")
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(model.fc.weight, weight)

@@ -62,6 +62,7 @@ from .queue import (
     entries,
     has_queue,
     mark_tried,
+    note_loaded,
     queue_hook,
     ready,
     run_ready,
@@ -246,3 +247,4 @@ def _before_load(
         finally:
             here.loading_for_queue = outer
         run_ready(module)
+        note_loaded(module, [k[len(prefix) :] for k in state_dict if k.startswith(prefix)])

@@ -35,6 +35,7 @@ __all__ = [
     "entries",
     "has_queue",
     "mark_tried",
+    "note_loaded",
     "queue_hook",
     "ready",
     "run_ready",
@@ -68,6 +69,9 @@ class Queue:
     #: whether its functions are running (taken off, hooks kept: another thread's forward
     #: waits for them at the hook)
     running: bool = False
+    #: the state_dict keys (below the module) a checkpoint loaded while functions waited:
+    #: loaded values win, so the tensors there take them back after the functions run
+    loaded: frozenset[str] = frozenset()
 
 
 def queue_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,6 +104,29 @@ def add(module: nn.Module, fn: Callable[[Any], object]) -> tuple[Entry, bool]:
     module.__dict__[KEY] = replace(queue, entries=(*queue.entries, entry))
     WAITING.add(module)
     return entry, first
+
+
+def note_loaded(module: nn.Module, keys: Collection[str]) -> None:
+    """Remember that a checkpoint loaded ``keys`` (below ``module``) while its functions
+    still wait: when they run, those tensors take their loaded values back after them (the
+    eager program ran them before the load)."""
+    queue = _queue(module)
+    if queue is not None and queue.entries:
+        module.__dict__[KEY] = replace(queue, loaded=queue.loaded | frozenset(keys))
+
+
+def _loaded_values(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each tensor of ``module`` a checkpoint loaded while its queue waited, with a copy of
+    its value now."""
+    queue = _queue(module)
+    if queue is None or not queue.loaded:
+        return []
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    return [
+        (tensors[key], tensors[key].detach().clone())
+        for key in sorted(queue.loaded)
+        if key in tensors and not is_placeholder(tensors[key]) and not tensors[key].is_meta
+    ]
 
 
 def tried(module: nn.Module, kind: Any) -> bool:
@@ -195,8 +222,13 @@ def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
                 gone = [e for m, e in found if m is module]
                 left = tuple(e for e in queue.entries if e not in gone)
                 module.__dict__[KEY] = replace(queue, entries=left, running=True)
+            loaded = [pair for m in modules for pair in _loaded_values(m)]
             for module, entry in found:
                 entry.fn(module)
+            with torch.no_grad():
+                for tensor, value in loaded:  # (loaded values win, as after eager code)
+                    if tensor.shape == value.shape:
+                        tensor.copy_(value)
         for module in modules:  # done: a queue emptied takes its hooks off
             queue = _queue(module)
             if queue is not None and queue.entries:
