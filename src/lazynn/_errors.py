@@ -184,7 +184,10 @@ class UnbuiltError(LazynnError, RuntimeError, ValueError):
 
     Subclasses both ``RuntimeError`` and ``ValueError``: torch raises one or the other for the
     same misuse of its own lazy placeholders, so code written against torch keeps working.
+    ``placeholder``: the placeholder asked, when one was.
     """
+
+    placeholder: Any = None
 
 
 class NeedsValuesError(InferenceError):

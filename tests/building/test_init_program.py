@@ -10,6 +10,7 @@ door: tests/building/test_real_models.py.
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import math
 import pickle
@@ -483,3 +484,252 @@ def test_a_second_materialize_changes_nothing_and_draws_nothing() -> None:
     lazynn.materialize(model, "cpu")
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.equal(model.fc.weight, weight)
+
+
+# --- real init code in the factory form: values read, sizes read, ties, helpers (16-20) -------
+
+
+class _Depth(nn.Module):
+    """timm's stochastic-depth line, and other reads of values made in __init__."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.rates = [x.item() for x in torch.linspace(0, 0.1, 3)]
+        self.widths = torch.tensor([4, 6]).tolist()
+        self.scale = float(torch.randn(()))  # a value drawn from the stream, read
+        self.flag = bool(torch.rand(()) < 2)
+        self.fc = lazynn.LazyLinear(self.widths[0]) if lazy else nn.Linear(5, 4)
+        self.gamma = nn.Parameter(torch.full((4,), self.rates[1]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.gamma * self.scale  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_init_code_that_reads_values_it_made_is_the_eager_program(door: str) -> None:
+    torch.manual_seed(0)
+    eager = _Depth(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    if door == "build":
+        model = lazynn.build(_Depth, X)
+    else:
+        model = lazynn.materialize(lazynn.build(_Depth, X, device="meta"))
+    assert same_state(model, eager)
+    assert (model.rates, model.widths, model.scale, model.flag) == (
+        eager.rates,
+        eager.widths,
+        eager.scale,
+        eager.flag,
+    )
+    assert torch.equal(torch.get_rng_state(), after)
+    total = sum(p.numel() for p in eager.parameters())
+    assert lazynn.summary(_Depth, X).total_parameters == total
+
+
+class _TiedHead(nn.Module):
+    """nanoGPT's tie, with a lazy head: the embedding takes the head's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(10, 8)
+        self.head = lazynn.LazyLinear(10, bias=False)
+        self.wte.weight = self.head.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.wte(idx))  # type: ignore[no-any-return]
+
+
+def test_a_summary_of_a_factory_with_a_tied_lazy_head_counts_the_tie_once() -> None:
+    tokens = lazynn.Spec((2, 3), torch.long)
+    built = lazynn.build(_TiedHead, tokens)
+    assert built.wte.weight is built.head.weight
+    report = lazynn.summary(_TiedHead, tokens)
+    assert report.total_parameters == 80 == sum(p.numel() for p in built.parameters())
+
+
+class _ReadsUnbuilt(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = lazynn.LazyLinear(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.proj.weight.t()
+
+
+@pytest.mark.parametrize("form", ["factory", "instance", "summary"])
+def test_a_forward_reading_a_layer_it_never_called_names_the_layer(form: str) -> None:
+    calls = {
+        "factory": lambda: lazynn.build(_ReadsUnbuilt, X),
+        "instance": lambda: lazynn.build(_ReadsUnbuilt(), X),
+        "summary": lambda: lazynn.summary(_ReadsUnbuilt, X),
+    }
+    before = torch.get_rng_state()
+    with pytest.raises(lazynn.InferenceError) as raised:
+        calls[form]()
+    text = str(raised.value)
+    assert text.startswith("LazyLinear at 'proj': ")
+    assert "reading the tensors of 'proj' without calling it" in text
+    fix = text.split("Fix: ", 1)[1]
+    assert "call 'proj' in the forward" in fix
+    assert "lazynn.build" not in fix  # (not the call that just failed)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+class _SizeRead(nn.Module):
+    """An eager layer sized from a lazy layer's inferred size, and a parameter from it."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc1 = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        self.fc2 = nn.Linear(self.fc1.in_features, 8)
+        self.fc3 = lazynn.LazyLinear(2) if lazy else nn.Linear(8, 2)
+        self.mix = nn.Parameter(torch.randn(self.fc3.in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first = self.fc1(x).sum()
+        return self.fc3(self.fc2(x) * self.mix) + first  # type: ignore[no-any-return]
+
+
+class _SizeReadLate(_SizeRead):
+    """The same, its forward calling the layer sized from 'fc1' before 'fc1'."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(self.fc2(x) * self.mix) + self.fc1(x).sum()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_an_eager_layer_sized_from_a_lazy_layers_size_is_the_eager_model(door: str) -> None:
+    torch.manual_seed(0)
+    eager = _SizeRead(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    if door == "build":
+        model = lazynn.build(_SizeRead, X)
+    else:
+        model = lazynn.materialize(lazynn.build(_SizeRead, X, device="meta"))
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
+    total = sum(p.numel() for p in eager.parameters())
+    assert lazynn.summary(_SizeRead, X).total_parameters == total
+
+
+class _SizeFeeds(nn.Module):
+    """An eager layer sized from a lazy layer's size, feeding a later lazy layer."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc1 = lazynn.LazyLinear(8) if lazy else nn.Linear(5, 8)
+        self.proj = nn.Linear(8, self.fc1.in_features)
+        self.fc3 = lazynn.LazyLinear(2) if lazy else nn.Linear(5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(self.proj(self.fc1(x)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_a_lazy_layer_fed_by_a_layer_sized_from_a_lazy_size_learns_the_real_size(
+    door: str,
+) -> None:
+    torch.manual_seed(0)
+    eager = _SizeFeeds(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    if door == "build":
+        model = lazynn.build(_SizeFeeds, X)
+    else:
+        model = lazynn.materialize(lazynn.build(_SizeFeeds, X, device="meta"))
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
+    report = lazynn.summary(_SizeFeeds, X)
+    assert report.total_parameters == sum(p.numel() for p in eager.parameters())
+
+
+def test_a_layer_sized_from_a_lazy_layer_the_forward_calls_later_is_explained() -> None:
+    with pytest.raises(lazynn.InferenceError) as raised:
+        lazynn.build(_SizeReadLate, X)
+    text = str(raised.value)
+    assert text.startswith("Linear at 'fc2': ")
+    assert "'fc1' (in_features=1)" in text
+    assert "call it before the layers sized from it" in text
+
+
+def _norm(channels: int, lazy: bool) -> nn.Module:
+    """A norm-layer helper that makes its lazy class each time it is called."""
+    if not lazy:
+        return nn.GroupNorm(2, channels)
+    return lazynn.lazy(nn.GroupNorm, num_channels=lazynn.Infer(dim=1, probe="num_groups"))(2)
+
+
+class _Helpers(nn.Module):
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.conv = lazynn.LazyConv1d(4, 1) if lazy else nn.Conv1d(3, 4, 1)
+        self.norms = nn.ModuleList([_norm(4, lazy) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        for norm in self.norms:
+            x = norm(x)
+        return x
+
+
+def test_lazy_classes_made_by_a_helper_on_each_call_are_one_declaration() -> None:
+    x = torch.randn(2, 3, 5)
+    torch.manual_seed(0)
+    eager = _Helpers(lazy=False)
+    torch.manual_seed(0)
+    model = lazynn.build(_Helpers, x)
+    assert same_state(model, eager)
+    assert all(type(n) is nn.GroupNorm for n in model.norms)
+
+
+def test_a_factory_that_constructs_other_eager_layers_each_call_is_refused() -> None:
+    calls = [0]
+
+    class Differs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            calls[0] += 1
+            self.fc = lazynn.LazyLinear(4)
+            self.out = nn.Linear(4 if calls[0] % 2 else 5, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(self.fc(x))  # type: ignore[no-any-return]
+
+    before = torch.get_rng_state()
+    with pytest.raises(lazynn.LazynnError) as raised:
+        lazynn.build(Differs, X)
+    text = str(raised.value)
+    assert text.startswith("lazynn.build(factory) at 'out': ")
+    assert "'weight': (2, 4)" in text
+    assert "'weight': (2, 5)" in text
+    assert "construct the same model each time" in text
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+class _Classifier(nn.Module):
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = lazynn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_a_lazy_layer_passed_in_to_a_factory_is_built_with_a_warning(door: str) -> None:
+    backbone = nn.Sequential(lazynn.LazyLinear(6), nn.ReLU())
+    factory = functools.partial(_Classifier, backbone=backbone)
+    doors = {
+        "build": lambda: lazynn.build(factory, X),
+        "meta+materialize": lambda: lazynn.materialize(lazynn.build(factory, X, device="meta")),
+    }
+    with pytest.warns(UserWarning, match=r"'backbone\.0' .* made outside the factory"):
+        model = doors[door]()
+    assert not lazynn.is_lazy(model)
+    assert type(model.backbone[0]) is nn.Linear
+    assert model.backbone[0].weight.shape == (6, 5)
+    assert model.backbone[0].weight.device.type == "cpu"
+    assert model(X).shape == (2, 3)

@@ -90,6 +90,20 @@ def blocks():
     return nn.Sequential(*[nn.Sequential(LazyLinear(8), nn.ReLU()) for _ in range(4)])
 
 
+class Tied(nn.Module):
+    """nanoGPT's tie, its head lazy; and timm's stochastic-depth line."""
+
+    def __init__(self):
+        super().__init__()
+        self.rates = [x.item() for x in torch.linspace(0, 0.1, 3)]
+        self.wte = nn.Embedding(10, 8)
+        self.head = LazyLinear(10, bias=False)
+        self.wte.weight = self.head.weight
+
+    def forward(self, idx):
+        return self.head(self.wte(idx))
+
+
 def normed():
     return nn.Sequential(LazyLinear(4), nn.BatchNorm1d(4))
 
@@ -258,6 +272,14 @@ def test_a_target_whose_init_code_needs_sizes_is_summarized(
     assert main(["summary", f"{nets}:Initialized", "--input", "1x3x8x8"]) == 0
     out = capsys.readouterr().out
     assert total_line(3 * 4 * 9 + 4 + 4 * 36 * 2 + 2) in out
+
+
+def test_a_target_with_a_tied_lazy_head_and_values_read_in_init_is_summarized(
+    capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    assert main(["summary", f"{nets}:Tied", "--input", "Bx3:long"]) == 0
+    out = capsys.readouterr().out
+    assert total_line(80) in out  # (the tied weight once)
 
 
 def test_main_dtype(capsys: pytest.CaptureFixture[str], nets: Path) -> None:
@@ -574,6 +596,7 @@ def test_no_callable_lists_what_the_file_defines(
         "blocks",
         "normed",
         "TwoInputs",
+        "Tied",
         "Stack",
         "Faulty",
         "Branchy",
@@ -712,7 +735,7 @@ def test_the_python_docs_summary_gives_for_a_command_prints_what_it_prints(
 ) -> None:
     """docs/summary.md: "Each command is the same as, in Python": its block, run, prints
     what the command in its first line prints."""
-    from test_doc_blocks import blocks
+    from doc_pages import blocks
 
     (block,) = [b for b in blocks(ROOT / "docs" / "summary.md") if "runpy" in b.text]
     command = block.text.splitlines()[1].removeprefix("# lazynn ")

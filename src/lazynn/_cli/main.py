@@ -215,7 +215,7 @@ def _summary(args: argparse.Namespace) -> str:
             factory = load_factory(target)
             if dtype is not None:
                 torch.set_default_dtype(dtype)
-            model = construct(target, factory)
+            model = construct(target, factory, tuple(i.value for i in inputs))
             result = summary(
                 model,
                 *(i.value for i in inputs),

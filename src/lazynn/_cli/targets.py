@@ -26,8 +26,9 @@ from typing import Any
 
 from torch import nn
 
-from .._build.factory import draft
+from .._build.draft import sized_draft
 from .._errors import LazynnError, first_line
+from .._rehearsal.spec import Spec
 
 __all__ = ["CommandError", "Target", "construct", "load_factory", "parse_target"]
 
@@ -280,13 +281,15 @@ def load_factory(target: Target) -> Callable[..., Any]:
     )
 
 
-def construct(target: Target, factory: Callable[..., Any]) -> nn.Module:
-    """Call the factory with TARGET's arguments on the meta device: the model."""
+def construct(target: Target, factory: Callable[..., Any], inputs: tuple[Any, ...]) -> nn.Module:
+    """Call the factory with TARGET's arguments on the meta device: the model, its lazy
+    layers' sizes learnt from ``inputs`` where its ``__init__`` reads them."""
     kwargs = dict(target.kwargs)
     text = f"{target.text}{'' if target.called else '()'}"
     try:
         # the factory form: its __init__ code (init loops, sizes read off lazy layers) runs
-        model, _ = draft(lambda: factory(*target.args, **kwargs), text)
+        examples = tuple(_sized(i) for i in inputs)
+        model = sized_draft(lambda: factory(*target.args, **kwargs), examples, {}, text)
     except LazynnError:
         raise
     except Exception as error:
@@ -301,6 +304,15 @@ def construct(target: Target, factory: Callable[..., Any]) -> nn.Module:
             )
         raise CommandError(text, fix) from error
     return model
+
+
+def _sized(value: Any) -> Any:
+    """An example with a symbolic batch (``Bx3x224x224``) given a size, for a rehearsal."""
+    if isinstance(value, Spec):
+        return Spec(tuple(2 if isinstance(d, str) else d for d in value.shape), value.dtype)
+    if isinstance(value, tuple):
+        return tuple(_sized(v) for v in value)
+    return value
 
 
 def _signature(factory: Callable[..., Any]) -> str:

@@ -68,7 +68,11 @@ def _take(program: Constructing, kind: type, kwargs: dict[str, Any]) -> Entry:
     number = program.position
     program.position += 1
     entry = program.entries[number] if number < len(program.entries) else None
-    if entry is None or entry.cls is not kind or not same_arguments(entry.kwargs, kwargs):
+    if (
+        entry is None
+        or not _same_class(entry.cls, kind)
+        or not same_arguments(entry.kwargs, kwargs)
+    ):
         first = (
             f"{_shown(entry.cls, entry.kwargs)} at '{entry.path}'"
             if entry is not None
@@ -77,14 +81,28 @@ def _take(program: Constructing, kind: type, kwargs: dict[str, Any]) -> Entry:
         raise LazynnError(
             message(
                 f"lazynn.build(factory): lazy layer number {number + 1} the factory constructs",
-                f"the layers of the factory's first run, in the same order ({first})",
-                f"{_shown(kind, kwargs)} the second time",
+                f"the layers of the factory's run on meta, in the same order ({first})",
+                f"{_shown(kind, kwargs)} in its real run",
                 "make the factory construct the same model each time it is called (it runs "
-                "twice: once on meta to learn the sizes, once for real)",
+                "more than once: on meta to learn the sizes, then for real)",
                 outcome="nothing was built",
             )
         )
     return entry
+
+
+def _same_class(a: type, b: type) -> bool:
+    """Whether two lazy classes are one declaration: the same class, or two that
+    ``lazynn.lazy`` made of the same eager class and sizes (a helper calling ``lazy()`` each
+    time it makes a layer makes a new class each time)."""
+    if a is b:
+        return True
+    return (
+        a.__qualname__ == b.__qualname__
+        and getattr(a, "cls_to_become", None) is getattr(b, "cls_to_become", None)
+        and getattr(a, "inferred", None) == getattr(b, "inferred", None)
+        and getattr(a, "known_buffers", None) == getattr(b, "known_buffers", None)
+    )
 
 
 def _shown(kind: type, kwargs: Mapping[str, Any]) -> str:
@@ -153,6 +171,9 @@ def _placeholders(
     target = torch.device(device) if device is not None else torch.get_default_device()
     param_target = target if device is not None else parameter_device(target)
     probes = {name: spec.probe_value(kwargs) for name, spec in specs.items()}
+    if drafting is not None:  # sizes an earlier run learnt stand in for the probes
+        learnt = drafting.known.get(len(drafting.entries), {})
+        probes.update({name: value for name, value in learnt.items() if name in probes})
     if isinstance(layer, cls):
         new(cls, {**kwargs, **probes}, "meta", dtype, into=layer)
     else:  # not a subclass of the class it becomes (rank-agnostic): copy a meta layout

@@ -145,7 +145,9 @@ class _Placeholder(_TensorForTyping):
     def _refuse(self, what: str) -> UnbuiltError:
         """The refusal of ``what`` (a torch function's name), worded for its caller."""
         checkpoint = self.__dict__.get("_lazynn_checkpoint")
-        return refusal(self._owner(), type(self).__name__, what, checkpoint)
+        refused = refusal(self._owner(), type(self).__name__, what, checkpoint)
+        refused.placeholder = self  # (a rehearsal names the layer it belongs to)
+        return refused
 
     # --- shape queries are refused, consistently ----------------------------------------
     # (in a factory's first run, its probe answers: see PROBE)

@@ -107,6 +107,10 @@ class Drafting:
     #: id(placeholder) -> (the placeholder, the shape of the eager tensor it replaced): a lazy
     #: layer's weight tied into an eager module (``wte.weight = lm_head.weight``)
     ties: dict[int, tuple[torch.Tensor, torch.Size]] = field(default_factory=dict)
+    #: the sizes an earlier run's rehearsal learnt, by layer number: those layers are laid
+    #: out with them, for their probes (code that reads their sizes, ``nn.Linear(
+    #: self.fc1.in_features, 8)``, reads them)
+    known: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,7 +16,6 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
@@ -30,14 +29,11 @@ from torch.utils.hooks import RemovableHandle
 
 from .._errors import (
     AmbiguousInputWarning,
-    Fix,
     InferenceError,
     LazynnError,
-    NeedsValuesError,
+    UnbuiltError,
     first_line,
     message,
-    meta_limitation,
-    shape_str,
     with_note,
 )
 from .._layer.base import LazyLayer
@@ -45,7 +41,15 @@ from .._module.callers import user_stacklevel
 from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import OtherRandom, RandomState
 from .._module.state import BUILD_LOCK, Rehearsing, context
-from .._module.tensors import is_placeholder, map_tensors, meta_like, own_slots, shapes
+from .._module.tensors import (
+    is_placeholder,
+    map_tensors,
+    meta_like,
+    own_slots,
+    own_tensors,
+    shapes,
+)
+from .failures import failure_of
 from .memo import Below, Memo
 from .meta_device import MetaDevice
 from .spec import as_meta
@@ -171,6 +175,8 @@ class _Run:
         self.sizes: dict[nn.Module, dict[str, Any]] = {}
         self.inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
+        #: the innermost module whose forward raised the run's error, if it raised
+        self.failed: nn.Module | None = None
         self.counter = FlopCounterMode(display=False) if count_flops else None
         self.record = _Record(self.calls, self.counter)
         self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
@@ -195,7 +201,7 @@ class _Run:
         self._stack.append((path, module, a, k, sys.exc_info()[1], self.record.meter(), event))
         if path not in self.calls:
             self.calls[path] = Call(path, event.inputs, count=0)
-            if path in self.lazy and not isinstance(module, LazyLayer):
+            if path in self.lazy:
                 self.inputs[module] = (a, k)
         self.calls[path].count += 1
 
@@ -222,19 +228,62 @@ class _Run:
                 return root(*args, **kwargs)
         except Exception as error:
             failure = error
-            if not isinstance(error, LazynnError):
-                where = next((w for e, w in self.failures if e is error), None)
-                failure = _failure(error, where, self.lazy)
+            found = next((w for e, w in self.failures if e is error), None)
+            self.failed = found[1] if found is not None else None
+            if isinstance(error, UnbuiltError) and error.placeholder is not None:
+                failure = self._unbuilt_read(error, found)
+            elif not isinstance(error, LazynnError):
+                where = found
+                failure = failure_of(error, where, self.lazy)
             for note in self.notes().values():  # (a forgotten batch dimension, say)
                 failure = with_note(failure, note)
             if failure is error:
                 raise
             raise failure from error
 
+    def _unbuilt_read(
+        self, error: UnbuiltError, where: tuple[str, nn.Module, Any, Any] | None
+    ) -> InferenceError:
+        """A forward that reads a tensor of a lazy layer it has not called (``x @
+        self.proj.weight.t()``): the layer's sizes come from its inputs, which it never had."""
+        owner = next(
+            (
+                path
+                for path, module in self.modules.items()
+                if any(t is error.placeholder for t in own_tensors(module))
+            ),
+            None,
+        )
+        reader = where[0] if where is not None else ""
+        label = f"'{reader}'" if reader else "the model's forward"
+        layer = f"'{owner}'" if owner else "a lazy layer"
+        return InferenceError(
+            message(
+                f"{self.lazy.get(owner or '', nn.Module).__name__} at {layer}",
+                "a forward that calls a lazy layer before it reads the layer's tensors (its "
+                "sizes come from its inputs)",
+                f"{label} reading the tensors of {layer} without calling it",
+                f"call {layer} in the forward (it is then built from what it receives), or "
+                "construct it with its sizes written (the eager class), or read it after the "
+                "build",
+                detail=_what_was_read(error),
+                outcome="the model is unchanged",
+            )
+        )
+
     def notes(self) -> dict[str, str]:
         """Path -> why a lazy layer's reading of its input may not be the one meant."""
         found = ((self.paths.get(i), n) for i, n in self.rehearsing.notes.items())
         return {p: f"{self.lazy[p].__name__} at '{p}' {n}" for p, n in found if p is not None}
+
+
+def _what_was_read(error: UnbuiltError) -> str:
+    """The refused read: ``the 'weight' of LazyLinear: expected a built tensor for Tensor.t``
+    (not the refusal's own fix, which would name the build that is failing)."""
+    parts = error.parts
+    if parts is None:
+        return first_line(error)
+    return f"{parts.where}: expected {parts.expected}"
 
 
 def rehearse(
@@ -246,6 +295,7 @@ def rehearse(
     training: bool | None = None,
     count_flops: bool = False,
     own: bool = False,
+    learned: dict[nn.Module, dict[str, Any]] | None = None,
 ) -> Rehearsal:
     """Run ``model`` on meta versions of the examples; return what was learnt.
 
@@ -258,6 +308,8 @@ def rehearse(
     reuse one block's result (see ``_memo``). ``training`` runs every module in that mode
     (None: as each is). ``count_flops`` counts each call's FLOPs with
     ``torch.utils.flop_counter.FlopCounterMode`` (a skipped block counts its twin's).
+    ``learned`` takes the sizes each lazy layer read before the run ended, even when it
+    failed (the model's layers as keys).
     """
     if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
         meta_args = map_tensors(meta_like, tuple(args))
@@ -286,6 +338,11 @@ def rehearse(
             output = run(root, meta_args, meta_kwargs)
     finally:
         here.rehearsal = outer
+        if learned is not None:
+            by_id = {id(m): m for m in run.modules.values()}
+            for key, sizes in run.rehearsing.sizes.items():
+                if key in by_id and by_id[key] is not run.failed:  # (not the layer that
+                    learned[_theirs(by_id[key], twin)] = dict(sizes)  # failed: its input)
         if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
             drawn.restore()
         others.restore()  # (Python's random, numpy's: LayerDrop's draws, if it moved them)
@@ -368,85 +425,3 @@ def _tensor_infos(ran: nn.Module, owner: nn.Module, twin: Twin | None) -> list[T
             )
         )
     return infos
-
-
-def _failure(
-    error: Exception,
-    where: tuple[str, nn.Module, Any, Any] | None,
-    lazy_before: dict[str, type],
-) -> InferenceError:
-    if where is None:
-        return InferenceError(
-            message(
-                "the model",
-                "example inputs its forward accepts",
-                "inputs that failed before any module ran",
-                "check the example inputs",
-                detail=f"{type(error).__name__}: {error}",
-                key=Fix.INPUT_ARGUMENTS,
-            )
-        )
-    path, module, a, k = where
-    name = lazy_before.get(path, type(module)).__name__  # a lazy layer, by its own name
-    label = f"{name} at '{path}'" if path else f"{name} (root)"
-    received = ", ".join(f"{shape_str(s)} {d}".replace("torch.", "") for s, d in shapes((a, k)))
-    if meta_limitation(error):
-        # nn.AdaptiveLogSoftmaxWithLoss selects rows with torch.nonzero: shapes from values
-        return NeedsValuesError(
-            message(
-                label,
-                "a forward whose shapes follow from its inputs' shapes (build and summary run "
-                "the model on meta tensors, which hold no values)",
-                f"one that needs values (inputs of shapes {received or 'none'})",
-                "build it with a real call, model(example), instead of lazynn.build or "
-                "lazynn.summary",
-                detail=f"{type(error).__name__}: {first_line(error)}",
-                key=Fix.NEEDS_VALUES,
-                outcome="the model is unchanged",
-            )
-        )
-    key, fix = _fix_of(error, path, module, a)
-    return InferenceError(
-        message(
-            label,
-            "inputs it can take (the build ran the model on meta tensors)",
-            f"inputs of shapes {received or 'none'}",
-            fix,
-            detail=f"{type(error).__name__}: {first_line(error)}",
-            key=key,
-            outcome="the model is unchanged",
-        )
-    )
-
-
-def _fix_of(error: Exception, path: str, module: nn.Module, args: Any) -> tuple[Fix, str]:
-    """The fix (its key and its words) for a module's forward that failed on meta inputs."""
-    if isinstance(error, NotImplementedError):
-        return Fix.NOT_IMPLEMENTED, (
-            "the module does not implement this call (its forward is not written, or it does "
-            "not support inputs of these shapes): write its forward, or check the example "
-            "inputs' shapes and the layers before it"
-        )
-    if "more than 1 value per channel when training" in str(error):  # (torch's words)
-        return Fix.BATCH_OF_MORE, (
-            "give a batch of more than one, or run in eval mode (model.eval() before "
-            "lazynn.build; lazynn.summary(..., mode='eval'); lazynn summary --eval)"
-        )
-    first = next(iter(shapes(args)), None)
-    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and first and first[1].is_floating_point:
-        return Fix.TOKEN_IDS, "give the embedding integer token ids (torch.long)"
-    if not path and isinstance(error, TypeError) and _refused_arguments(error):
-        return Fix.INPUT_ARGUMENTS, "give one example per argument of the model's forward"
-    return Fix.INPUT_SHAPES, "check the example inputs' shapes and the layers before this one"
-
-
-def _refused_arguments(error: TypeError) -> bool:
-    """Whether Python refused a call's arguments (the model's forward called with too many or
-    too few): the innermost frame of ``error`` is the module's call, not its forward."""
-    trace = error.__traceback__
-    while trace is not None and trace.tb_next is not None:
-        trace = trace.tb_next
-    if trace is None:
-        return False
-    # (nn.Module's call machinery, _call_impl or its inner(): torch's own file)
-    return trace.tb_frame.f_code.co_filename.endswith(os.path.join("nn", "modules", "module.py"))

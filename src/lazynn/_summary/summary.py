@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._build.factory import draft, is_factory
+from .._build.draft import sized_draft
+from .._build.factory import is_factory
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
 from .._rehearsal.rehearse import Call, Rehearsal, rehearse
@@ -128,7 +129,13 @@ def summary(
     if training:  # an unknown or refused optimizer, before anything runs
         optimizer_class(optimizer)
     if is_factory(model):
-        model, _ = draft(model, "lazynn.summary(factory)")
+        sized = {k: _substituted(v, _TRIES[0]) for k, v in example_kwargs.items()}
+        model = sized_draft(
+            model,
+            tuple(_substituted(v, _TRIES[0]) for v in example_inputs),
+            sized,
+            "lazynn.summary(factory)",
+        )
     assert isinstance(model, nn.Module)
     batch = _symbol(example_inputs, example_kwargs)
     train = mode == "train"

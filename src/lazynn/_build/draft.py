@@ -1,0 +1,315 @@
+"""The factory form's first run: ``Net()`` on meta, every lazy layer laid out with stand-in
+sizes (its probes), so the model's own ``__init__`` runs, drawing and allocating nothing.
+
+A rehearsal of that run on the examples teaches each lazy layer its sizes. Code that reads a
+lazy layer's size in ``__init__`` (``nn.Linear(self.fc1.in_features, 8)``) reads the stand-in
+in a first run, so the run is made again with the sizes learnt so far standing in
+(:func:`drafted`): when its rehearsal failed after some layer had learnt its sizes, and, for a
+summary, until the eager modules it makes are those that the learnt sizes make
+(:func:`sized_draft`; ``lazynn.build`` checks its real run instead: ``factory.py``).
+
+>>> import torch, lazynn
+>>> from torch import nn
+>>> class Net(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.fc1 = lazynn.LazyLinear(4)
+...         self.fc2 = nn.Linear(self.fc1.in_features, 8)  # a size the input decides
+...     def forward(self, x):
+...         return self.fc1(x).sum() + self.fc2(x)
+>>> sized_draft(Net, (torch.randn(2, 5),), {}, "example").fc2.weight.shape
+torch.Size([8, 5])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import nn
+from torch.nn.modules import module as torch_module
+
+from .._errors import InferenceError, LazynnError, message, with_note
+from .._layer.base import LazyLayer
+from .._module.deferred import PROBE
+from .._module.lifecycle import finish, is_lazy_module
+from .._module.snapshot import OtherRandom
+from .._module.state import BUILD_LOCK, Constructing, Drafting, Entry, context, find_state
+from .._module.tensors import is_placeholder, own_slots
+from .._program.record import Recorder
+from .._rehearsal.rehearse import rehearse
+
+__all__ = [
+    "MAX_DRAFTS",
+    "Drafted",
+    "Layout",
+    "difference",
+    "draft",
+    "drafted",
+    "layout",
+    "made",
+    "running",
+    "sized_draft",
+]
+
+#: the eager modules of a factory's run: (path, class, ((tensor name, shape), ...))
+Layout = tuple[tuple[str, type, tuple[tuple[str, tuple[int, ...]], ...]], ...]
+T = TypeVar("T")
+#: how many runs of a factory may each learn more sizes before it is given up
+MAX_DRAFTS = 8
+
+
+def made(result: object, where: str) -> nn.Module:
+    """What a factory's call returned, which must be a model."""
+    if not isinstance(result, nn.Module):
+        raise LazynnError(
+            message(
+                where,
+                "a factory that returns an nn.Module when called with no arguments",
+                f"a call that returned {type(result).__name__}",
+                "pass the model class (lazynn.build(Net, example)), functools.partial(Net, "
+                "config), or a lambda that returns the model",
+            )
+        )
+    return result
+
+
+@contextlib.contextmanager
+def running(program: Drafting | Constructing) -> Iterator[None]:
+    """The lazy layers constructed in this block follow ``program`` (this thread only)."""
+    here = context()
+    outer, here.program = here.program, program
+    try:
+        yield
+    finally:
+        here.program = outer
+
+
+@contextlib.contextmanager
+def _watching_ties(drafting: Drafting) -> Iterator[None]:
+    """Note each placeholder of this draft assigned over an eager tensor (``wte.weight =
+    lm_head.weight``): the shape it replaced is the shape it will have. torch's public
+    registration hooks (global while they are registered: other threads' calls pass through)."""
+    owner = threading.get_ident()
+
+    def noted(module: nn.Module, name: str, tensor: Any) -> None:
+        if threading.get_ident() != owner or not is_placeholder(tensor):
+            return
+        old = module._parameters.get(name, module._buffers.get(name))
+        if isinstance(old, torch.Tensor) and not is_placeholder(old):
+            drafting.ties[id(tensor)] = (tensor, old.shape)
+
+    handles = [
+        torch_module.register_module_parameter_registration_hook(noted),
+        torch_module.register_module_buffer_registration_hook(noted),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def draft(
+    factory: Callable[[], Any],
+    where: str = "lazynn.build(factory)",
+    known: dict[int, dict[str, Any]] | None = None,
+) -> tuple[nn.Module, Drafting]:
+    """The factory's first run, on meta (see the module doc): the model, every lazy layer
+    unbuilt (those whose sizes ``known`` gives, by number, laid out with them), and what the
+    run recorded. Moves no generator. ``where`` names the caller in errors."""
+    drafting = Drafting(known=dict(known or {}))
+    others = OtherRandom()
+    try:
+        # (recorded: a value the code reads is computed for real, no generator moves)
+        with running(drafting), _watching_ties(drafting), torch.device("meta"), Recorder():
+            model = made(factory(), where)
+    finally:
+        others.restore()  # (numpy's or Python's draws of the code: the real run makes them)
+    for module in model.modules():
+        for _, _, tensor in own_slots(module):
+            tensor.__dict__.pop(PROBE, None)
+    for tensor, _ in drafting.ties.values():
+        tensor.__dict__.pop(PROBE, None)
+    return model, drafting
+
+
+def _prebuild_ties(model: nn.Module, drafting: Drafting) -> None:
+    """Build on meta, before the rehearsal, each lazy layer whose placeholder was tied into an
+    eager module (that module may run first); the sizes come from the shape it replaced, and
+    its entry takes them."""
+    if not drafting.ties:
+        return
+    for path, layer in model.named_modules():
+        state = find_state(layer)
+        if not isinstance(layer, LazyLayer) or state is None:
+            continue
+        found = {
+            slot: drafting.ties[id(p)][1]
+            for slot, p in state.placeholders.items()
+            if id(p) in drafting.ties
+        }
+        if found:
+            where = f"{type(layer).__name__} at '{path}'" if path else type(layer).__name__
+            solved = layer._lazynn_solve_sizes(found, where, "")
+            layer._lazynn_build(solved)
+            finish(layer)
+            known = drafting.entries[state.index]
+            drafting.entries[state.index] = Entry(known.cls, known.kwargs, solved, path)
+
+
+def layout(model: nn.Module) -> Layout:
+    """The eager modules of a factory's run by path (not what lazy layers hold): class, and
+    own tensors' names and shapes (a placeholder tied into one is left out)."""
+    found = []
+    skip: list[str] = []
+    for path, module in model.named_modules():
+        if any(path == s or path.startswith(s + ".") for s in skip):
+            continue
+        if is_lazy_module(module):
+            skip.append(path)
+            continue
+        shapes = tuple(
+            (name, tuple(t.shape)) for _, name, t in own_slots(module) if not is_placeholder(t)
+        )
+        found.append((path, type(module), shapes))
+    return tuple(found)
+
+
+def difference(other: Layout, first: Layout) -> tuple[str, str, str] | None:
+    """Where a run's eager modules (``other``) are not those of ``first``: the path, what
+    ``first`` made there, what ``other`` made; or None."""
+    made_there = {path: (kind, dict(shapes)) for path, kind, shapes in other}
+    for path, kind, shapes in first:
+        if path not in made_there:
+            return path, f"{kind.__name__} {dict(shapes)}", "nothing"
+        their_kind, theirs = made_there[path]
+        wanted = dict(shapes)
+        if their_kind is not kind or any(theirs.get(n) != s for n, s in wanted.items()):
+            return path, f"{kind.__name__} {wanted}", f"{their_kind.__name__} {theirs}"
+    return None
+
+
+@dataclass
+class Drafted(Generic[T]):
+    """A first run whose rehearsal went through (:func:`drafted`)."""
+
+    #: what the rehearsal returned
+    result: T
+    model: nn.Module
+    drafting: Drafting
+    #: layer number -> the sizes the rehearsal learnt
+    sizes: dict[int, dict[str, Any]]
+
+    @property
+    def settled(self) -> bool:
+        """Whether every layer was laid out with the sizes it learnt (the run is the one the
+        sizes make: nothing read a stand-in)."""
+        return all(self.drafting.known.get(i) == s for i, s in self.sizes.items())
+
+
+def drafted(
+    factory: Callable[[], Any],
+    where: str,
+    attempt: Callable[[nn.Module, dict[nn.Module, dict[str, Any]]], T],
+    known: dict[int, dict[str, Any]] | None = None,
+) -> Drafted[T]:
+    """``attempt(model, learned)`` (a rehearsal, which puts the sizes each lazy layer read
+    into ``learned``) on the factory's first run (laid out with ``known``), ties prebuilt. A
+    rehearsal that fails after a layer learnt its sizes is made again on a run with those
+    sizes, until one goes through or learns nothing new (its error is the first run's)."""
+    known = dict(known or {})
+    first: Exception | None = None
+    for _ in range(MAX_DRAFTS):
+        model, drafting = draft(factory, where, known)
+        _prebuild_ties(model, drafting)
+        learned: dict[nn.Module, dict[str, Any]] = {}
+        try:
+            result = attempt(model, learned)
+        except InferenceError as error:
+            if first is None:
+                note = _stand_in_note(error, model, learned)
+                first = error if note is None else with_note(error, note)
+            new = {i: s for i, s in _numbered(learned).items() if known.get(i) != s}
+            if not new:
+                if first is error:
+                    raise
+                raise first from error.__cause__  # (the first run's: the retries learnt nothing)
+            known.update(new)
+            continue
+        return Drafted(result, model, drafting, _numbered(learned))
+    assert first is not None
+    raise first
+
+
+def _numbered(learned: dict[nn.Module, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The sizes learnt, by the number of the layer the run constructed."""
+    return {
+        state.index: dict(sizes)
+        for layer, sizes in learned.items()
+        if (state := find_state(layer)) is not None and state.index >= 0
+    }
+
+
+def sized_draft(
+    factory: Callable[[], Any], examples: tuple[Any, ...], kw_examples: dict[str, Any], where: str
+) -> nn.Module:
+    """The factory's first run whose rehearsal on the examples goes through, laid out with the
+    sizes it learnt where a run with them makes other eager modules: the model a summary
+    describes."""
+
+    def attempt(model: nn.Module, learned: dict[nn.Module, dict[str, Any]]) -> object:
+        return rehearse(model, examples, kw_examples, learned=learned)
+
+    with BUILD_LOCK:
+        found = drafted(factory, where, attempt)
+        for _ in range(MAX_DRAFTS):
+            if found.settled:
+                break
+            again, _ = draft(factory, where, found.sizes)
+            if difference(layout(again), layout(found.model)) is None:
+                break
+            found = drafted(factory, where, attempt, found.sizes)
+    return found.model
+
+
+def _stand_in_note(
+    error: InferenceError, model: nn.Module, learned: dict[nn.Module, dict[str, Any]]
+) -> str | None:
+    """Why an eager module of a factory's first run may have failed: a dimension equal to the
+    stand-in size of a lazy layer the forward had not called yet (``nn.Linear(
+    self.fc1.in_features, 8)`` read it in ``__init__``, before any size was known); or None."""
+    found = re.search(r" at '([^']+)'", error.parts.where if error.parts else "")
+    modules = dict(model.named_modules())
+    failed = modules.get(found.group(1)) if found else None
+    if found is None or failed is None or is_lazy_module(failed):
+        return None
+    dims = {d for _, _, t in own_slots(failed) if not is_placeholder(t) for d in t.shape}
+    suspects = []
+    for path, layer in modules.items():
+        state = find_state(layer)
+        if not isinstance(layer, LazyLayer) or state is None or state.index < 0:
+            continue
+        if layer in learned:
+            continue
+        stand_ins = {
+            name: spec.probe_value(state.kwargs) for name, spec in layer._lazynn_specs().items()
+        }
+        if any(v in dims for v in stand_ins.values() if isinstance(v, int)):
+            named = ", ".join(f"{n}={v}" for n, v in stand_ins.items())
+            suspects.append(f"'{path}' ({named})")
+    if not suspects:
+        return None
+    return (
+        f"'{found.group(1)}' has a dimension equal to a stand-in size of "
+        + ", ".join(suspects)
+        + ", which the forward had not called yet: code in __init__ that sizes a layer from "
+        "a lazy layer's size (nn.Linear(self.fc1.in_features, 8)) reads the stand-in until "
+        "the forward has called that lazy layer; call it before the layers sized from it, or "
+        "write the size"
+    )
