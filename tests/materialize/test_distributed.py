@@ -16,6 +16,7 @@ process asserts, against eager twins constructed here.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -24,10 +25,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import lazynn
+from allocations import CHUNK_BYTES, Allocations
 from distributed_util import Report, pack, run_sections, section, unpack
 
 pytestmark = pytest.mark.distributed
@@ -298,27 +298,6 @@ def test_ddp_refuses_an_unbuilt_model_and_leaves_it_usable(ddp_ranks: list[Repor
 # --- FSDP2 ------------------------------------------------------------------------------------
 
 
-class LargestAllocation(TorchDispatchMode):
-    """Records the largest storage (bytes) any op produces on a real device while active; a
-    DTensor counts its local shard."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.nbytes = 0
-        self.op = ""
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                local = getattr(t, "_local_tensor", t)  # a DTensor's shard on this rank
-                if local.device.type != "meta":
-                    nbytes = local.untyped_storage().nbytes()
-                    if nbytes > self.nbytes:
-                        self.nbytes, self.op = nbytes, str(func)
-        return out
-
-
 def _mesh() -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -326,23 +305,37 @@ def _mesh() -> Any:
 
 
 def _fsdp_worker(rank: int, world: int) -> Report:
+    """The instance form: ``build(model, ..., device="meta")``."""
+    return _fsdp_run(rank, factory=False)
+
+
+def _fsdp_factory_worker(rank: int, world: int) -> Report:
+    """The factory form: ``build(Stack, ..., device="meta")``, each tensor's init program."""
+    return _fsdp_run(rank, factory=True)
+
+
+def _fsdp_run(rank: int, factory: bool) -> Report:
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
     mesh = _mesh()
     torch.manual_seed(0)
-    model = Stack(lazy=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lazynn.build(model, STACK_INPUT, device="meta")
+        if factory:
+            model = lazynn.build(functools.partial(Stack, lazy=True), STACK_INPUT, device="meta")
+        else:
+            model = Stack(lazy=True)
+            lazynn.build(model, STACK_INPUT, device="meta")
         report: Report = {"on_meta": all(p.is_meta for p in model.parameters())}
         for block in model.blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        with LargestAllocation() as largest:
+        with Allocations() as allocated:
             lazynn.materialize(model, device="cpu")
     report["warnings"] = lazynn_warnings(caught)
-    report["largest_allocation"] = (largest.nbytes, largest.op)
+    report["largest_allocation"] = (allocated.largest, allocated.largest_op)
+    report["peak"] = allocated.peak
     report["next_draw"] = pack(torch.rand(4))
     params = dict(model.named_parameters())
     report["dtensor"] = [n for n, p in params.items() if isinstance(p, DTensor)]
@@ -359,13 +352,16 @@ def _fsdp_worker(rank: int, world: int) -> Report:
 
 @pytest.fixture(scope="module")
 def fsdp_ranks() -> list[Report]:
-    return run_sections(_fsdp_unbuilt_worker, _fsdp_worker)
+    return run_sections(_fsdp_unbuilt_worker, _fsdp_worker, _fsdp_factory_worker)
 
 
+@pytest.mark.parametrize(
+    "worker", [_fsdp_worker, _fsdp_factory_worker], ids=["instance", "factory"]
+)
 def test_fsdp2_meta_build_shard_materialize_equals_eager_twin(
-    fsdp_ranks: list[Report],
+    fsdp_ranks: list[Report], worker: Any
 ) -> None:
-    ranks = section(fsdp_ranks, _fsdp_worker)
+    ranks = section(fsdp_ranks, worker)
     eager = eager_twin(Stack)
     full = dict(eager.named_parameters())
     names = list(full)
@@ -389,11 +385,13 @@ def test_fsdp2_meta_build_shard_materialize_equals_eager_twin(
             full[biggest].numel() // full[biggest].shape[0]
         ), f"{who}: '{biggest}' is not sharded"
         # nothing materialize allocated was as big as the biggest layer ('embed.weight', 2M
-        # numbers; lazynn's sharded init draws the stream in chunks of 1M: CHUNK in _sharded)
+        # numbers; lazynn's sharded init draws the stream in chunks of 1M: CHUNK_BYTES)
         nbytes, op = r["largest_allocation"]
         assert nbytes < full[biggest].numel() * full[biggest].element_size(), (
             f"{who}: materialize allocated {nbytes} bytes at once ({op}), a whole '{biggest}'"
         )
+        # and at no time more than its shards and one chunk of draws (the model is 8.5 MB)
+        assert r["peak"] <= local + CHUNK_BYTES, (who, r["peak"], local, total)
         # the gathered parameters are the eager twin's, and the stream is where it left it
         assert_params_equal(r["materialized"], eager, f"{who} materialized")
         assert torch.equal(unpack(r["next_draw"]), eager.__dict__["next_draw"]), (

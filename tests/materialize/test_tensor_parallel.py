@@ -15,6 +15,7 @@ of the eager twin (up to the order of the all-reduce sums).
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import lazynn
+from allocations import CHUNK_BYTES, Allocations
 from distributed_util import Report, pack, run_ranks, unpack
 from paths import EXAMPLES
 
@@ -36,7 +38,7 @@ STEPS, LR = 3, 0.1
 RTOL, ATOL = 1e-5, 1e-6  # all-reduce sums in another order than one process
 
 
-def _worker(rank: int, world: int, dims: tuple[int, ...]) -> Report:
+def _worker(rank: int, world: int, dims: tuple[int, ...], factory: bool = False) -> Report:
     """Build on meta, parallelize (TP on the last mesh dim, FSDP2 on the first if 2-D),
     materialize; report the gathered parameters, each local block, and a few training steps."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -46,8 +48,11 @@ def _worker(rank: int, world: int, dims: tuple[int, ...]) -> Report:
     names = ("dp", "tp") if len(dims) == 2 else ("tp",)
     mesh = init_device_mesh("cpu", dims, mesh_dim_names=names)
     torch.manual_seed(0)
-    model = Net(lazy=True)
-    lazynn.build(model, (2, SEQ, DIM), device="meta")
+    if factory:  # the model's construction recorded: each tensor's init program
+        model = lazynn.build(functools.partial(Net, lazy=True), (2, SEQ, DIM), device="meta")
+    else:
+        model = Net(lazy=True)
+        lazynn.build(model, (2, SEQ, DIM), device="meta")
     parallelize_module(model, mesh["tp"], tp_plan(model))
     if len(dims) == 2:
         for block in model.blocks:
@@ -57,7 +62,9 @@ def _worker(rank: int, world: int, dims: tuple[int, ...]) -> Report:
         "placements": {n: [repr(p) for p in t.placements] for n, t in model.named_parameters()},
         "on_meta": all(t.to_local().is_meta for t in model.parameters()),
     }
-    lazynn.materialize(model, "cpu")
+    with Allocations() as allocated:
+        lazynn.materialize(model, "cpu")
+    report["peak"] = allocated.peak
     report["next_draw"] = pack(torch.rand(4))
     report["local"] = {
         n: (list(t.to_local().shape), [int(o) for o in t.__create_chunk_list__()[0].offsets])
@@ -128,6 +135,10 @@ def _check(
             assert math.prod(shape) <= math.ceil(full[name].numel() / split), (who, name, shape)
         mine = sum(math.prod(shape) for shape, _ in r["local"].values())
         assert mine < sum(p.numel() for p in full.values()) / (len(dims) + 0.5), (who, mine)
+        # and materialize held no more than its blocks at once (the draws of this small model
+        # fit in one chunk: see test_distributed.py for a model larger than one)
+        largest = max(p.numel() for p in full.values()) * 4
+        assert r["peak"] <= mine * 4 + min(CHUNK_BYTES, largest), (who, r["peak"], mine * 4)
         for name, (shape, offset) in r["local"].items():
             index = tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
             assert torch.equal(unpack(r["blocks"][name]), full[name].detach()[index]), (who, name)
@@ -150,8 +161,11 @@ _TP_PLACEMENTS = {
 }
 
 
-def test_tensor_parallel_materializes_the_eager_numbers_and_trains_as_one_process() -> None:
-    ranks = run_ranks(_worker, (2,), world=2, timeout=150)
+@pytest.mark.parametrize("form", ["instance", "factory"])
+def test_tensor_parallel_materializes_the_eager_numbers_and_trains_as_one_process(
+    form: str,
+) -> None:
+    ranks = run_ranks(_worker, (2,), form == "factory", world=2, timeout=150)
     _check(ranks, _TP_PLACEMENTS, (2,))
 
 

@@ -64,8 +64,9 @@ def draw_slice(
         if a == lo and b == hi:  # wholly inside the slice: draw in place (a contiguous view)
             fill(flat[lo - start : hi - start], *args, **kwargs)
             continue
-        if scratch is None or scratch.numel() < hi - lo:
-            scratch = torch.empty(max(chunk, hi - lo), dtype=out.dtype, device=out.device)
+        if scratch is None:  # (as wide as the widest chunk: no wider than the tensor)
+            widest = max(y - x for x, y in itertools.pairwise(bounds))
+            scratch = torch.empty(widest, dtype=out.dtype, device=out.device)
         buffer = scratch[: hi - lo]
         fill(buffer, *args, **kwargs)
         if a < b:
