@@ -15,6 +15,7 @@ import io
 import math
 import pickle
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -733,3 +734,63 @@ def test_a_lazy_layer_passed_in_to_a_factory_is_built_with_a_warning(door: str) 
     assert model.backbone[0].weight.shape == (6, 5)
     assert model.backbone[0].weight.device.type == "cpu"
     assert model(X).shape == (2, 3)
+
+
+# --- state: another thread's draws during a summary (case 13) ---------------------------------
+
+
+def test_a_summary_does_not_rewind_what_another_thread_draws_meanwhile() -> None:
+    """Forced interleaving: the factory's construction waits while another thread draws; the
+    summary puts no generator back, so that draw stays drawn."""
+    entered, drawn = threading.Event(), threading.Event()
+
+    class Waits(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(3)
+            if not entered.is_set():  # (the first construction only)
+                entered.set()
+                assert drawn.wait(10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    def draw() -> None:
+        assert entered.wait(10)
+        torch.rand(5)
+        drawn.set()
+
+    torch.manual_seed(0)
+    other = threading.Thread(target=draw)
+    other.start()
+    lazynn.summary(Waits, X)
+    other.join(10)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    torch.rand(5)  # (the other thread's draw, alone)
+    assert torch.equal(after, torch.get_rng_state())
+
+
+def test_init_code_reseeding_with_the_seed_already_set_is_a_reseed() -> None:
+    """``torch.manual_seed(0)`` under seed 0 (the fresh state again) restarts the stream."""
+
+    class Again(nn.Module):
+        def __init__(self, lazy: bool = True) -> None:
+            super().__init__()
+            self.a = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+            torch.manual_seed(0)
+            self.b = lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    eager = Again(lazy=False)
+    after = torch.get_rng_state()
+    for device in (None, "meta"):
+        torch.manual_seed(0)
+        model = lazynn.build(Again, X, device=device)
+        if device == "meta":
+            lazynn.materialize(model, "cpu")
+        assert same_state(model, eager)
+        assert torch.equal(torch.get_rng_state(), after)

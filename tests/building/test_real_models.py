@@ -11,9 +11,11 @@ import pytest
 import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
+from torch.utils.checkpoint import checkpoint
 
 import lazynn
 from distributed_util import pack, run_ranks, unpack
+from lazynn._cli.main import main
 from real_models import EAGER, LAZY, MODELS, RealModel, every_tensor
 
 NAMES = sorted(MODELS)
@@ -47,16 +49,20 @@ def tie_groups(model: nn.Module) -> list[list[str]]:
 
 
 def assert_same_model(lazy: nn.Module, eager: nn.Module, ties: bool = True) -> None:
-    """The same classes, every tensor bit for bit (by name), the same ties."""
+    """The same classes, every tensor bit for bit (by name), the same ties. (A tensor kept as
+    a plain attribute, computed from parameters, as weight_norm's ``weight``, may come without
+    its autograd history from materialize: the forward computes it again.)"""
     assert [type(m) for m in lazy.modules()] == [type(m) for m in eager.modules()]
     mine, theirs = every_tensor(lazy), every_tensor(eager)
     assert mine.keys() == theirs.keys()
+    state = {**dict(eager.named_parameters()), **dict(eager.named_buffers())}
     for name, tensor in theirs.items():
         other = mine[name]
         assert type(other) is type(tensor), name
         assert other.dtype == tensor.dtype, name
         assert other.device == tensor.device, name
-        assert other.requires_grad == tensor.requires_grad, name
+        if name in state:
+            assert other.requires_grad == tensor.requires_grad, name
         assert torch.equal(other, tensor), name
     if ties:
         assert tie_groups(lazy) == tie_groups(eager)
@@ -105,6 +111,86 @@ def test_the_built_model_computes_what_the_eager_one_does(name: str) -> None:
     assert_same_outputs(lazynn.build(model.factory(LAZY), *examples(model)), eager, model)
 
 
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The model's blocks: the members of its ``nn.Sequential`` and ``nn.ModuleList``
+    containers that hold parameters and are not containers themselves."""
+    return [
+        block
+        for parent in model.modules()
+        if type(parent) in (nn.Sequential, nn.ModuleList)
+        for block in parent
+        if type(block) not in (nn.Sequential, nn.ModuleList)
+        and any(True for _ in block.parameters())
+    ]
+
+
+def checkpointed(model: nn.Module) -> nn.Module:
+    """``model`` whose every outermost block runs under activation checkpointing, as timm's
+    ``checkpoint_seq`` or a ``for block in blocks: x = checkpoint(block, x)`` loop runs it."""
+    inner = {id(b) for block in blocks_of(model) for b in block.modules() if b is not block}
+    for block in blocks_of(model):
+        if id(block) in inner:
+            continue
+        forward = block.forward
+        block.forward = lambda *a, _f=forward, **k: checkpoint(_f, *a, use_reentrant=False, **k)
+    return model
+
+
+@pytest.mark.parametrize("name", INSTANCE)
+def test_a_first_call_under_per_block_checkpoint_is_a_plain_first_call(name: str) -> None:
+    """Builds inside checkpointed blocks draw what a first call without checkpointing draws
+    (and the backward's recomputation builds nothing again)."""
+    model = MODELS[name]
+    torch.manual_seed(0)
+    plain = model.make(LAZY).eval()
+    plain(*model.inputs())
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    lazy = checkpointed(model.make(LAZY).eval())
+    inputs = model.inputs()
+    leaves = [t for t in tree_leaves(inputs) if t.is_floating_point()]
+    for t in leaves:
+        t.requires_grad_(True)
+    out = [t for t in tree_leaves(lazy(*inputs)) if t.requires_grad]
+    sum(t.sum() for t in out).backward()
+    assert not lazynn.is_lazy(lazy)
+    assert torch.equal(torch.get_rng_state(), after)
+    assert_same_model(lazy, plain)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_summary_counts_the_eager_models_parameters(name: str) -> None:
+    model = MODELS[name]
+    eager, _ = eager_twin(model)
+    before = torch.get_rng_state()
+    report = lazynn.summary(model.factory(LAZY), *examples(model))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert report.total_parameters == sum(p.numel() for p in eager.parameters())
+
+
+def _cli_input(value: Any) -> str:
+    """An example input as the command line writes it: ``2x3x32x32``, ``2x16:long``, a
+    group ``(2x3x16, 2x3x16)``."""
+    if isinstance(value, torch.Tensor):
+        dims = "x".join(str(d) for d in value.shape)
+        return dims if value.dtype == torch.float32 else f"{dims}:{str(value.dtype)[6:]}"
+    return "(" + ", ".join(_cli_input(v) for v in value) + ")"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_command_line_summarizes_the_lazy_port(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = MODELS[name]
+    eager, _ = eager_twin(model)
+    inputs = [arg for v in model.inputs() for arg in ("--input", _cli_input(v))]
+    target = f"real_models:lazy_model({name!r})"
+    assert main(["summary", target, *inputs]) == 0
+    out = capsys.readouterr().out
+    total = sum(p.numel() for p in eager.parameters())
+    assert f"Total params:         {total:,}" in out
+
+
 @pytest.mark.parametrize("name", INSTANCE)
 def test_an_eager_checkpoint_loads_into_the_unbuilt_instance(name: str) -> None:
     model = MODELS[name]
@@ -128,6 +214,7 @@ def test_an_eager_checkpoint_loads_into_the_factory_form(name: str, form: str) -
     with torch.no_grad():
         for tensor in eager.parameters():
             tensor.add_(1.0)
+    torch.manual_seed(0)  # (as the eager model: tensors a checkpoint does not hold)
     if form == "built":
         lazy = lazynn.build(model.factory(LAZY), *examples(model))
         lazy.load_state_dict(eager.state_dict())
@@ -157,15 +244,7 @@ def _sharded_worker(rank: int, world: int) -> dict[str, Any]:
         torch.manual_seed(0)
         lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
         if not tie_groups(lazy):  # (tied parameters must be in one FSDP group)
-            blocks = [
-                block
-                for parent in lazy.modules()
-                if type(parent) in (nn.Sequential, nn.ModuleList)
-                for block in parent
-                if type(block) not in (nn.Sequential, nn.ModuleList)
-                and any(True for _ in block.parameters())
-            ]
-            for block in blocks[::-1]:  # (inner blocks first)
+            for block in blocks_of(lazy)[::-1]:  # (inner blocks first)
                 fully_shard(block, mesh=mesh)
         fully_shard(lazy, mesh=mesh)
         lazynn.materialize(lazy, "cpu")

@@ -403,3 +403,23 @@ def test_the_rehearsals_device_mode_is_torchs_device_context() -> None:
             assert mode.drew
         assert torch.empty(2).device.type == "cpu"
     assert torch.empty(2).device == torch.get_default_device()
+
+
+def test_the_cpu_generators_seed_field_is_its_first_8_bytes_and_no_draw_reads_it() -> None:
+    """lazynn._program.record marks the default generator while it records a construction:
+    the state's first 8 bytes are ``the_initial_seed``; changing them changes neither the
+    stream nor the next draws' values, and any reseed rewrites them."""
+    torch.manual_seed(3)
+    torch.rand(7)
+    state = torch.get_rng_state()
+    marked = state.clone()
+    marked[:8] = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8], dtype=torch.uint8)
+    torch.set_rng_state(marked)
+    assert torch.initial_seed() != 3
+    drawn = torch.randn(100)
+    assert torch.equal(torch.get_rng_state()[:8], marked[:8])  # (no draw writes it)
+    torch.set_rng_state(state)
+    assert torch.equal(torch.randn(100), drawn)  # (no draw reads it)
+    torch.set_rng_state(marked)
+    torch.manual_seed(int.from_bytes(bytes(state[:8].tolist()), "little"))  # the same seed
+    assert torch.equal(torch.get_rng_state()[:8], state[:8])

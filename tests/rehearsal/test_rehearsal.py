@@ -322,6 +322,36 @@ def test_blocks_checkpointed_one_after_another_get_a_plain_first_calls_weights(
             assert torch.equal(mine, theirs)
 
 
+class _CheckpointedThenHead(_Checkpointed):
+    """Checkpointed blocks, then a head called outside any checkpoint."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__(reentrant)
+        self.head = lazynn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(super().forward(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_layer_built_after_checkpointed_blocks_goes_on_with_their_stream(
+    reentrant: bool,
+) -> None:
+    """The model's builds draw one stream in order, as without checkpointing: the head gets
+    the weights a plain first call gives it, and the generator ends where that leaves it."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    plain = _CheckpointedThenHead(reentrant)
+    nn.Sequential(*plain.blocks, plain.head)(x)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = _CheckpointedThenHead(reentrant)
+    model(x.clone().requires_grad_(True)).sum().backward()
+    for mine, theirs in zip(model.parameters(), plain.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    assert torch.equal(torch.get_rng_state(), after)
+
+
 # --- threads and warnings ---------------------------------------------------------------------
 
 

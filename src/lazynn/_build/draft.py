@@ -4,12 +4,12 @@ sizes (its probes), so the model's own ``__init__`` runs, drawing and allocating
 A rehearsal of that run on the examples teaches each lazy layer its sizes. Code that reads a
 lazy layer's size in ``__init__`` (``nn.Linear(self.fc1.in_features, 8)``) reads the stand-in
 in a first run, so the run is made again with the sizes learnt so far standing in
-(:func:`drafted`): when its rehearsal failed after some layer had learnt its sizes, and, for a
-summary, until the eager modules it makes are those that the learnt sizes make
-(:func:`sized_draft`; ``lazynn.build`` checks its real run instead: ``factory.py``).
+(:func:`drafted`) when its rehearsal failed after some layer had learnt its sizes;
+``lazynn.build`` then checks its real run against the draft (``factory.py``).
 
 >>> import torch, lazynn
 >>> from torch import nn
+>>> from lazynn._rehearsal.rehearse import rehearse
 >>> class Net(nn.Module):
 ...     def __init__(self):
 ...         super().__init__()
@@ -17,8 +17,11 @@ summary, until the eager modules it makes are those that the learnt sizes make
 ...         self.fc2 = nn.Linear(self.fc1.in_features, 8)  # a size the input decides
 ...     def forward(self, x):
 ...         return self.fc1(x).sum() + self.fc2(x)
->>> sized_draft(Net, (torch.randn(2, 5),), {}, "example").fc2.weight.shape
-torch.Size([8, 5])
+>>> def attempt(model, learned):
+...     return rehearse(model, (torch.randn(2, 5),), {}, learned=learned)
+>>> found = drafted(Net, "example", attempt)
+>>> found.model.fc2.weight.shape, found.sizes
+(torch.Size([8, 5]), {0: {'in_features': 5}})
 """
 
 from __future__ import annotations
@@ -39,10 +42,9 @@ from .._layer.base import LazyLayer
 from .._module.deferred import PROBE
 from .._module.lifecycle import finish, is_lazy_module
 from .._module.snapshot import OtherRandom
-from .._module.state import BUILD_LOCK, Constructing, Drafting, Entry, context, find_state
+from .._module.state import Constructing, Drafting, Entry, context, find_state
 from .._module.tensors import is_placeholder, own_slots
 from .._program.record import Recorder
-from .._rehearsal.rehearse import rehearse
 
 __all__ = [
     "MAX_DRAFTS",
@@ -54,7 +56,6 @@ __all__ = [
     "layout",
     "made",
     "running",
-    "sized_draft",
 ]
 
 #: the eager modules of a factory's run: (path, class, ((tensor name, shape), ...))
@@ -254,28 +255,6 @@ def _numbered(learned: dict[nn.Module, dict[str, Any]]) -> dict[int, dict[str, A
         for layer, sizes in learned.items()
         if (state := find_state(layer)) is not None and state.index >= 0
     }
-
-
-def sized_draft(
-    factory: Callable[[], Any], examples: tuple[Any, ...], kw_examples: dict[str, Any], where: str
-) -> nn.Module:
-    """The factory's first run whose rehearsal on the examples goes through, laid out with the
-    sizes it learnt where a run with them makes other eager modules: the model a summary
-    describes."""
-
-    def attempt(model: nn.Module, learned: dict[nn.Module, dict[str, Any]]) -> object:
-        return rehearse(model, examples, kw_examples, learned=learned)
-
-    with BUILD_LOCK:
-        found = drafted(factory, where, attempt)
-        for _ in range(MAX_DRAFTS):
-            if found.settled:
-                break
-            again, _ = draft(factory, where, found.sizes)
-            if difference(layout(again), layout(found.model)) is None:
-                break
-            found = drafted(factory, where, attempt, found.sizes)
-    return found.model
 
 
 def _stand_in_note(

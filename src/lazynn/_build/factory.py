@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ from .._errors import InferenceError, LazynnError, message
 from .._layer.base import LazyLayer
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
-from .._module.snapshot import atomic
+from .._module.snapshot import OtherRandom, atomic
 from .._module.state import BUILD_LOCK, Constructing, Entry, find_state
 from .._program.program import attach
 from .._program.record import Recorder
@@ -47,7 +47,15 @@ from .._rehearsal.rehearse import Rehearsal, rehearse, warn_notes
 from .draft import MAX_DRAFTS, Layout, difference, drafted, layout, made, running
 from .queue import run_ready
 
-__all__ = ["FactoryRecipe", "build_factory", "construct", "is_factory", "learn", "realize"]
+__all__ = [
+    "FactoryRecipe",
+    "build_factory",
+    "construct",
+    "is_factory",
+    "learn",
+    "on_meta",
+    "realize",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,8 @@ class FactoryRecipe:
     layout: Layout = ()
     #: whether the draft was laid out with the sizes it learnt (no stand-in was read)
     settled: bool = False
+    #: the class name of each lazy module of the draft, by path
+    lazy_types: dict[str, str] = field(default_factory=dict)
 
     def sizes(self) -> dict[int, dict[str, Any]]:
         """The sizes learnt, by layer number."""
@@ -89,18 +99,21 @@ def learn(
     kw_examples: dict[str, Any],
     dtype: torch.dtype | None = None,
     known: dict[int, dict[str, Any]] | None = None,
+    where: str = "lazynn.build(factory)",
+    reach: bool = True,
 ) -> FactoryRecipe:
     """Steps 1 and 2 (the draft laid out with the sizes ``known`` by layer number): each lazy
     layer's entry (class, arguments, sizes), and the meta inputs of the other lazy modules
-    (torch's, custom mixins), by path."""
+    (torch's, custom mixins), by path. ``reach``: refuse examples that leave a lazy layer
+    uncalled (a summary shows it unreached instead). ``where`` names the caller in errors."""
 
     def attempt(model: nn.Module, learned: dict[nn.Module, dict[str, Any]]) -> Rehearsal:
         return rehearse(model, examples, kw_examples, learned=learned)
 
     with BUILD_LOCK:
-        found = drafted(factory, "lazynn.build(factory)", attempt, known)
+        found = drafted(factory, where, attempt, known)
     rehearsal, model = found.result, found.model
-    if rehearsal.unreached:
+    if reach and rehearsal.unreached:
         raise InferenceError(
             message(
                 "build",
@@ -139,8 +152,17 @@ def learn(
         if isinstance(m, LazyLayer) and m in rehearsal.sizes and not _constructed(m)
     }
     notes = tuple(rehearsal.notes.values())
+    lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
     return FactoryRecipe(
-        factory, tuple(entries), others, outside, dtype, notes, layout(model), found.settled
+        factory,
+        tuple(entries),
+        others,
+        outside,
+        dtype,
+        notes,
+        layout(model),
+        found.settled,
+        lazy_types,
     )
 
 
@@ -217,7 +239,9 @@ def _checked(
     than the draft (see the module doc)."""
     if recipe.settled or difference(made, recipe.layout) is None:
         return
-    again = learn(recipe.factory, examples, kw_examples, recipe.dtype, recipe.sizes())
+    again = learn(
+        recipe.factory, examples, kw_examples, recipe.dtype, recipe.sizes(), reach=False
+    )
     found = difference(made, again.layout)
     if found is None:
         if again.sizes() != recipe.sizes():
@@ -236,15 +260,17 @@ def _checked(
     )
 
 
-def build_factory(
+def _realized(
     factory: Callable[[], Any],
     examples: tuple[Any, ...],
     kw_examples: dict[str, Any],
     device: torch.device | None,
     dtype: torch.dtype | None,
-) -> nn.Module:
-    """``lazynn.build(factory, *examples, device=, dtype=)`` (see the module doc)."""
-    recipe = learn(factory, examples, kw_examples, dtype)
+    where: str = "lazynn.build(factory)",
+    reach: bool = True,
+) -> tuple[nn.Module, FactoryRecipe]:
+    """Steps 1 to 3 (see the module doc): the model on ``device``, and its recipe."""
+    recipe = learn(factory, examples, kw_examples, dtype, where=where, reach=reach)
     for _ in range(MAX_DRAFTS):
         try:
             with atomic():  # (the model is new: a failure drops it; the generators go back)
@@ -256,6 +282,18 @@ def build_factory(
             recipe = relearnt.recipe
             continue
         break
+    return model, recipe
+
+
+def build_factory(
+    factory: Callable[[], Any],
+    examples: tuple[Any, ...],
+    kw_examples: dict[str, Any],
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+) -> nn.Module:
+    """``lazynn.build(factory, *examples, device=, dtype=)`` (see the module doc)."""
+    model, recipe = _realized(factory, examples, kw_examples, device, dtype)
     if recipe.others or recipe.outside:
         warnings.warn(
             "lazynn.build(factory): "
@@ -269,3 +307,20 @@ def build_factory(
         )
     warn_notes(recipe.notes)
     return model
+
+
+def on_meta(
+    factory: Callable[[], Any], examples: tuple[Any, ...], kw_examples: dict[str, Any], where: str
+) -> tuple[nn.Module, dict[str, str]]:
+    """The model ``lazynn.build(factory, *examples, device="meta")`` makes (a lazy layer the
+    examples do not reach left unbuilt), and the class name of each lazy module it had, by
+    path: what a summary describes. Moves no generator; the build's warnings are left to
+    ``lazynn.build``."""
+    others = OtherRandom()  # (torch's generators: on meta, the construction is recorded)
+    try:
+        model, recipe = _realized(
+            factory, examples, kw_examples, torch.device("meta"), None, where, reach=False
+        )
+    finally:
+        others.restore()  # (numpy's or Python's draws of the code, if it made any)
+    return model, recipe.lazy_types

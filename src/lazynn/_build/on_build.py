@@ -135,14 +135,13 @@ def on_build(module: M, fn: Callable[[M], object]) -> OnBuildHandle:
             )
         )
     with BUILD_LOCK:
-        if ready(module) and not due(module):
+        recorded = recording() is not None and built_on_meta(module)
+        if (ready(module) or recorded) and not due(module):
+            # (in a construction on meta, recorded, it runs where written, as the rest of the
+            # init program: its steps are recorded, values it reads computed for real)
             fn(module)
             return OnBuildHandle(None, None)
         entry, first = add(module, fn)
-        recorder = recording()
-        if recorder is not None and built_on_meta(module):
-            # (a construction on meta, recorded: it runs where written, at materialize)
-            recorder.mark(entry.order)
         if first:
             # prepend: the build sees the call's own arguments, before other pre-hooks run
             module.register_forward_pre_hook(_before_forward, prepend=True, with_kwargs=True)

@@ -215,9 +215,8 @@ def _summary(args: argparse.Namespace) -> str:
             factory = load_factory(target)
             if dtype is not None:
                 torch.set_default_dtype(dtype)
-            model = construct(target, factory, tuple(i.value for i in inputs))
             result = summary(
-                model,
+                construct(target, factory),
                 *(i.value for i in inputs),
                 mode="eval" if args.eval else "train",
                 training=args.training or args.optimizer is not None,  # --optimizer implies it

@@ -26,9 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from .._build.draft import sized_draft
 from .._errors import LazynnError, first_line
-from .._rehearsal.spec import Spec
 
 __all__ = ["CommandError", "Target", "construct", "load_factory", "parse_target"]
 
@@ -281,38 +279,32 @@ def load_factory(target: Target) -> Callable[..., Any]:
     )
 
 
-def construct(target: Target, factory: Callable[..., Any], inputs: tuple[Any, ...]) -> nn.Module:
-    """Call the factory with TARGET's arguments on the meta device: the model, its lazy
-    layers' sizes learnt from ``inputs`` where its ``__init__`` reads them."""
+def construct(target: Target, factory: Callable[..., Any]) -> Callable[[], nn.Module]:
+    """The factory with TARGET's arguments, called with none (``lazynn.summary`` runs it as
+    ``lazynn.build``'s factory form does: its ``__init__`` code runs with every size known);
+    an exception it raises becomes the command's error, naming the call."""
     kwargs = dict(target.kwargs)
     text = f"{target.text}{'' if target.called else '()'}"
-    try:
-        # the factory form: its __init__ code (init loops, sizes read off lazy layers) runs
-        examples = tuple(_sized(i) for i in inputs)
-        model = sized_draft(lambda: factory(*target.args, **kwargs), examples, {}, text)
-    except LazynnError:
-        raise
-    except Exception as error:
-        text += f" failed: {type(error).__name__}: {first_line(error)}"
-        fix = ""
-        if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
-            text += "."
-            fix = (
-                f"pass its arguments in the target, in Python call syntax: "
-                f"'{target.source}:{target.name}(...)'; its signature: "
-                f"{target.name}{_signature(factory)}"
-            )
-        raise CommandError(text, fix) from error
-    return model
 
+    def made() -> nn.Module:
+        try:
+            return factory(*target.args, **kwargs)  # type: ignore[no-any-return]
+        except LazynnError:
+            raise
+        except Exception as error:
+            failed = f"{text} failed: {type(error).__name__}: {first_line(error)}"
+            fix = ""
+            if isinstance(error, TypeError) and not _binds(factory, target.args, kwargs):
+                failed += "."
+                fix = (
+                    f"pass its arguments in the target, in Python call syntax: "
+                    f"'{target.source}:{target.name}(...)'; its signature: "
+                    f"{target.name}{_signature(factory)}"
+                )
+            raise CommandError(failed, fix) from error
 
-def _sized(value: Any) -> Any:
-    """An example with a symbolic batch (``Bx3x224x224``) given a size, for a rehearsal."""
-    if isinstance(value, Spec):
-        return Spec(tuple(2 if isinstance(d, str) else d for d in value.shape), value.dtype)
-    if isinstance(value, tuple):
-        return tuple(_sized(v) for v in value)
-    return value
+    made.__qualname__ = made.__name__ = text  # (what errors name: the target's call)
+    return made
 
 
 def _signature(factory: Callable[..., Any]) -> str:

@@ -265,6 +265,18 @@ def in_checkpoint() -> Any:
     return found
 
 
+def calling(module: object) -> bool:
+    """Whether a call of ``module`` (its ``forward``, or a method it called) is on the stack:
+    a build outside ``torch.utils.checkpoint`` within the model whose checkpointed blocks built
+    before it (``in_checkpoint``'s owner). Only on a build, after such blocks."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame_locals(frame, ("self",)).get("self") is module:
+            return True
+        frame = frame.f_back
+    return False
+
+
 #: the locals naming the checkpointed function in torch.utils.checkpoint's frames
 _CHECKPOINTED = ("run_function", "function")
 

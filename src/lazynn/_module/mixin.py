@@ -31,7 +31,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .._errors import UnbuiltError, message, module_path
 from . import registries  # noqa: F401  (registers the placeholders with torch)
-from .callers import find_tool, in_checkpoint, under_dynamo, untraced, user_stacklevel
+from .callers import calling, find_tool, in_checkpoint, under_dynamo, untraced, user_stacklevel
 from .lifecycle import (
     attach,
     finish,
@@ -47,7 +47,7 @@ from .refusals import (
     scripting_refusal,
     warn_compiled_queue,
 )
-from .snapshot import RandomState, atomic, continue_builds, weak
+from .snapshot import RandomState, atomic, continue_builds, end_builds, weak
 from .state import (
     BUILD_LOCK,
     QUEUE_KEY,
@@ -165,7 +165,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             # rehearsal's model is a twin or a draft, thrown away if it fails, on meta)
             own = id(module) not in here.covered and here.rehearsal is None
             # (in torch.utils.checkpoint the builds draw apart from the forward, as the
-            # recomputation builds nothing: continue_builds)
+            # recomputation builds nothing: continue_builds; a build after them in the same
+            # model's call, outside a checkpoint, goes on with their stream: end_builds)
             checkpointed = in_checkpoint() if here.rehearsal is None else None
             forward = RandomState() if checkpointed is not None else None
             here.builds += 1
@@ -173,6 +174,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 with atomic(module) if own else contextlib.nullcontext():
                     if checkpointed is not None and forward is not None:
                         continue_builds(here, checkpointed, forward)
+                    elif here.rehearsal is None:
+                        end_builds(here, calling)
                     initialize(module, args, kwargs)
             finally:
                 here.builds -= 1

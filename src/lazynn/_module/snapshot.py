@@ -232,6 +232,20 @@ def continue_builds(here: Context, scope: Any, forward: RandomState) -> None:
             stream.restore()
 
 
+def end_builds(here: Context, calling: Callable[[Any], bool]) -> None:
+    """Outside ``torch.utils.checkpoint``: a build in the call of the model whose checkpointed
+    blocks built before it goes on with their stream, and leaves the generator at its end
+    (the model's builds draw one stream, in order, as a first call without checkpointing
+    draws them); ``calling(owner)`` tells whether that model's call is on the stack."""
+    if here.build_stream is None:
+        return
+    owner, _, stream = here.build_stream
+    here.build_stream = None  # (the generator goes on from the stream's end: one stream again)
+    model = owner()
+    if model is not None and calling(model):
+        stream.restore()
+
+
 def weak(value: Any) -> Callable[[], Any]:
     """A weak reference to ``value`` (one that is always None where it takes none)."""
     try:

@@ -94,6 +94,20 @@ def unrecorded() -> Iterator[None]:
         recorder.paused -= 1
 
 
+# torch internals: the first 8 bytes of the CPU generator's state (``torch.get_rng_state()``,
+# ``CPUGeneratorImplState``) are its ``the_initial_seed``, which no draw reads or writes and
+# every reseed rewrites (tests/ecosystem/test_torch_internals.py checks both).
+_MARK = torch.tensor([0x6C, 0x61, 0x7A, 0x79, 0x6E, 0x6E, 0x21, 0x01], dtype=torch.uint8)
+_MARK_OTHER = torch.tensor([0x6C, 0x61, 0x7A, 0x79, 0x6E, 0x6E, 0x21, 0x02], dtype=torch.uint8)
+
+
+def _with_seed(state: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``state`` with the seed field of ``like``."""
+    out = state.clone()
+    out[:8] = like[:8]
+    return out
+
+
 class Recorder:
     """Records what runs inside it on a tape (see the module doc)."""
 
@@ -109,6 +123,8 @@ class Recorder:
         #: the default CPU generator's state at the start, and as the tape last left it
         self.start = torch.get_rng_state()
         self._expected = self.start
+        #: whether the code reseeded the default generator (put back on exit)
+        self.reseeded = False
         #: real tensors a step read, by id, with their version then: (const, version)
         self._consts: dict[int, tuple[Const, int, torch.Tensor]] = {}
         self._ops = _Ops(self)
@@ -124,6 +140,7 @@ class Recorder:
         if active is None:
             active = _LOCAL.active = []
         active.append(self)
+        self._mark()
         self._modes = contextlib.ExitStack()
         self._modes.enter_context(self._functions)
         self._modes.enter_context(self._ops)
@@ -140,8 +157,21 @@ class Recorder:
         finally:
             _LOCAL.active.pop()
         self._note_reseed()
-        if not torch.equal(torch.get_rng_state(), self.start):
+        if self.reseeded:
             torch.set_rng_state(self.start)  # (the code reseeded: a step now, put back)
+        else:  # (the stream as it is: another thread's draws stay; the seed as it was)
+            torch.set_rng_state(_with_seed(torch.get_rng_state(), self.start))
+
+    def _mark(self) -> None:
+        """Mark the default generator: its seed field set to :data:`_MARK` (the stream is the
+        same), so that any change the code makes to it (``torch.manual_seed``, even of the
+        seed it has; ``set_rng_state``) is seen, and a draw of another thread is not a change."""
+        state = torch.get_rng_state()
+        mark = _MARK if not torch.equal(state[:8], _MARK) else _MARK_OTHER
+        marked = state.clone()
+        marked[:8] = mark
+        torch.set_rng_state(marked)
+        self._expected = marked
 
     # --- the tape's names for tensors ------------------------------------------------------
     def view_of(self, tensor: torch.Tensor) -> View:
@@ -195,11 +225,16 @@ class Recorder:
 
     # --- steps -----------------------------------------------------------------------------
     def _note_reseed(self) -> None:
-        """A step for a change of the default generator's state made by the code."""
+        """A step for a change of the default generator's state made by the code (a reseed,
+        ``set_rng_state``): its seed field is no longer the mark (:meth:`_mark`). No draw of
+        the code moves the generator while the recording runs; another thread's may, which
+        keeps the mark: that change is not the program's (the tape goes on as it was)."""
         state = torch.get_rng_state()
-        if not torch.equal(state, self._expected):
-            self.tape.steps.append(Step(RESEED, (self._const(state),), {}))
-            self._expected = state
+        if torch.equal(state[:8], self._expected[:8]):
+            return
+        self.tape.steps.append(Step(RESEED, (self._const(state),), {}))
+        self.reseeded = True
+        self._mark()
 
     def _arg(self, value: Any, written: bool) -> Any:
         if isinstance(value, torch.Tensor):

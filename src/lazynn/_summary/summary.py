@@ -19,8 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._build.draft import sized_draft
-from .._build.factory import is_factory
+from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
 from .._rehearsal.rehearse import Call, Rehearsal, rehearse
@@ -128,9 +127,10 @@ def summary(
         )
     if training:  # an unknown or refused optimizer, before anything runs
         optimizer_class(optimizer)
+    lazy_types = None  # (a factory's model is built on meta: its lazy classes, by path)
     if is_factory(model):
         sized = {k: _substituted(v, _TRIES[0]) for k, v in example_kwargs.items()}
-        model = sized_draft(
+        model, lazy_types = on_meta(
             model,
             tuple(_substituted(v, _TRIES[0]) for v in example_inputs),
             sized,
@@ -143,7 +143,7 @@ def summary(
         rehearsal = rehearse(
             model, example_inputs, example_kwargs, training=train, count_flops=True
         )
-        report = _collect(model, rehearsal, mode, None, None)
+        report = _collect(model, rehearsal, mode, None, None, lazy_types)
         if training:
             memory = _estimate(model, example_inputs, example_kwargs, optimizer)
             report = dataclasses.replace(report, memory=memory)
@@ -165,7 +165,7 @@ def summary(
         "FLOPs",
         batch,
     )
-    report = _collect(model, runs[0], mode, batch, runs[1])
+    report = _collect(model, runs[0], mode, batch, runs[1], lazy_types)
     if training:  # per sample: activations are linear in the batch, the rest does not change
         estimates = [_estimate(model, a, k, optimizer) for a, k in tries]
         _check_linear(
@@ -201,11 +201,18 @@ def _check_linear(figures: dict[str, tuple[int, ...]], what: str, batch: str) ->
 
 
 def _collect(
-    model: nn.Module, rehearsal: Rehearsal, mode: str, batch: str | None, other: Rehearsal | None
+    model: nn.Module,
+    rehearsal: Rehearsal,
+    mode: str,
+    batch: str | None,
+    other: Rehearsal | None,
+    lazy_types: dict[str, str] | None = None,
 ) -> Summary:
     """The Summary of ``rehearsal`` (and, with a symbolic batch, of ``other``, at a second
-    batch size: shapes merged, FLOPs per sample)."""
-    lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
+    batch size: shapes merged, FLOPs per sample); ``lazy_types``: the lazy class of each
+    module that was lazy, by path (by default, those of ``model``)."""
+    if lazy_types is None:
+        lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
     shape: Callable[
         [list[tuple[tuple[int, ...], Any]], list[tuple[tuple[int, ...], Any]]], tuple[Shape, ...]
     ]
@@ -259,7 +266,7 @@ def _collect(
         buffer_bytes += sum(i.nbytes for i in fresh if not i.is_parameter)
     root, root_twin = rehearsal.calls.get(""), calls_of("", other)
     return Summary(
-        model_type=type(model).__name__,
+        model_type=lazy_types.get("", type(model).__name__),
         rows=tuple(rows),
         total_parameters=total,
         trainable_parameters=trainable,

@@ -1,0 +1,50 @@
+"""Models shaped like the ones people use, each written once from its published code, init
+code included, and constructed two ways: eager (``torch.nn``) or lazy (the same code with its
+sized constructors swapped for lazynn's).
+
+Each model takes a layer kit, :data:`EAGER` or :data:`LAZY`. The kit's constructors take the
+eager arguments; the lazy kit drops the size the input tells (``Linear(i, o)`` becomes
+``lazynn.LazyLinear(o)``). Everything else (init loops, tensors a parent creates, buffers
+computed in ``__init__``, ties) is the model's own code, run unchanged in both:
+
+===========  =====================================================  =========================
+model        written from                                           what its init code does
+===========  =====================================================  =========================
+ResNet       torchvision ``resnet.py`` (Bottleneck)                  ``kaiming_normal_(fan_out)``
+                                                                     loop, zero-init residual BN
+ViT          timm / Google ViT (``vision_transformer.py``)           ``cls_token`` and
+                                                                     ``pos_embed`` made after the
+                                                                     patch embedding,
+                                                                     ``trunc_normal_``,
+                                                                     ``apply(_init_weights)``
+ConvNeXt     facebookresearch ``convnext.py``                         layer scale ``gamma``,
+                                                                     channels-first LayerNorm,
+                                                                     ``trunc_normal_``, head
+                                                                     ``.data.mul_``
+GPT          nanoGPT ``model.py``                                    head tied into the
+                                                                     embedding
+                                                                     (``wte.weight =
+                                                                     lm_head.weight``), causal
+                                                                     mask buffer, ``normal_``,
+                                                                     depth-scaled ``c_proj``
+GPT (HF)     the same, tied the other way (``lm_head.weight =        as GPT
+             wte.weight``), as Hugging Face GPT-2
+LLaMA        Meta ``llama/model.py`` + torchtitan's init              RMSNorm, ``freqs_cis`` (a
+                                                                     plain complex attribute),
+                                                                     depth-scaled
+                                                                     ``trunc_normal_``
+U-Net        milesial ``unet_parts.py``, the paper's init             ``normal_(0, sqrt(2 / (k *
+                                                                     k * in_channels)))``: reads
+                                                                     an inferred size
+LSTM LM      pytorch/examples ``word_language_model``                decoder tied to the encoder,
+                                                                     ``uniform_``, ``zeros_``
+===========  =====================================================  =========================
+
+``MODELS`` maps a name to a :class:`RealModel`: a factory of the model for a kit, and example
+inputs (shapes and dtypes, for ``lazynn.build``; real tensors from a private generator).
+"""
+
+from .kit import EAGER, LAZY, Kit, LazyKit
+from .table import MODELS, RealModel, every_tensor, lazy_model
+
+__all__ = ["EAGER", "LAZY", "MODELS", "Kit", "LazyKit", "RealModel", "every_tensor", "lazy_model"]
