@@ -84,6 +84,9 @@ class Fix(enum.Enum):
     ``_cli/fixes.py``) says it in its own terms. ``Parts.value`` carries what the fix needs
     (the dtype received, the optimizer named)."""
 
+    #: a tool (a parametrization, pruning, an averaged model) that needs a built tensor: its
+    #: fix queues it until the build (``lazynn.on_build``)
+    ON_BUILD = "on_build"
     #: an input whose rank no accepted layout has
     INPUT_LAYOUT = "input_layout"
     #: an input with an empty dimension

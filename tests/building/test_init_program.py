@@ -794,3 +794,56 @@ def test_init_code_reseeding_with_the_seed_already_set_is_a_reseed() -> None:
             lazynn.materialize(model, "cpu")
         assert same_state(model, eager)
         assert torch.equal(torch.get_rng_state(), after)
+
+
+# --- transformations that need the weight's values (case 17) ----------------------------------
+
+
+class _Normed(nn.Module):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        conv = lazynn.LazyConv1d(4, 3)
+        if how == "weight_norm":
+            self.conv = nn.utils.weight_norm(conv)
+        elif how == "parametrization":
+            self.conv = nn.utils.parametrizations.weight_norm(conv)
+        else:  # the port that works: at the build, where the eager code applies it
+            self.conv = conv
+            lazynn.on_build(conv, nn.utils.weight_norm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("how", ["weight_norm", "parametrization"])
+def test_a_transformation_that_needs_an_unbuilt_weight_is_refused_with_a_fix_that_applies(
+    how: str,
+) -> None:
+    x = torch.randn(2, 3, 10)
+    before = torch.get_rng_state()
+    with pytest.raises(lazynn.LazynnError) as raised:
+        lazynn.build(functools.partial(_Normed, how), x)
+    assert "lazynn.on_build(" in str(raised.value).split("Fix: ", 1)[1]
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize", "meta, assign load"])
+def test_weight_norm_queued_at_the_build_gives_the_eager_model(door: str) -> None:
+    x = torch.randn(2, 3, 10)
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.utils.weight_norm(nn.Conv1d(3, 4, 3)))
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    factory = functools.partial(_Normed, "on_build")
+    if door == "build":
+        model = lazynn.build(factory, x)
+    else:
+        model = lazynn.build(factory, x, device="meta")
+        assert sorted(model.conv.state_dict()) == ["bias", "weight_g", "weight_v"]
+        if door == "meta, assign load":
+            model.conv.load_state_dict(eager[0].state_dict(), assign=True)
+        lazynn.materialize(model, "cpu")
+    assert torch.equal(torch.get_rng_state(), after)
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), eager.parameters(), strict=True)
+    )

@@ -294,9 +294,28 @@ def _llama_plan(model: nn.Module) -> dict[str, Any]:
     return plan
 
 
-def _parallel_worker(rank: int, world: int, dims: tuple[int, ...]) -> dict[str, Any]:
-    """The LLaMA model in the factory form on meta, tensor parallel on the last mesh dimension
-    (and FSDP2 across the first, 2-D), materialized; every tensor gathered."""
+def _linear_plan(model: nn.Module, world: int) -> dict[str, Any]:
+    """Every untied ``nn.Linear`` whose outputs split evenly, column-wise (``Shard(0)``): a
+    model without a published plan (its materialized values are what is checked)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    tied = {id(t) for group in tie_groups(model) for t in (model.get_parameter(group[0]),)}
+    return {
+        path: ColwiseParallel()
+        for path, m in model.named_modules()
+        if type(m) is nn.Linear and m.out_features % world == 0 and id(m.weight) not in tied
+    }
+
+
+#: the models tensor parallel shards (their linear layers), on 2 ranks
+TENSOR_PARALLEL = ["llama", "mamba", "swin", "vit"]
+
+
+def _parallel_worker(
+    rank: int, world: int, dims: tuple[int, ...], name: str = "llama"
+) -> dict[str, Any]:
+    """A model in the factory form on meta, tensor parallel on the last mesh dimension (and
+    FSDP2 across the first, 2-D), materialized; every tensor gathered."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
@@ -304,10 +323,11 @@ def _parallel_worker(rank: int, world: int, dims: tuple[int, ...]) -> dict[str, 
 
     names = ("dp", "tp") if len(dims) == 2 else ("tp",)
     mesh = init_device_mesh("cpu", dims, mesh_dim_names=names)
-    model = MODELS["llama"]
+    model = MODELS[name]
     torch.manual_seed(0)
     lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
-    parallelize_module(lazy, mesh["tp"], _llama_plan(lazy))
+    plan = _llama_plan(lazy) if name == "llama" else _linear_plan(lazy, dims[-1])
+    parallelize_module(lazy, mesh["tp"], plan)
     if len(dims) == 2:
         for layer in lazy.layers:
             fully_shard(layer, mesh=mesh["dp"])
@@ -327,17 +347,23 @@ def _parallel_worker(rank: int, world: int, dims: tuple[int, ...]) -> dict[str, 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-@pytest.mark.parametrize("dims", [(2,), (2, 2)], ids=["tp", "2-d"])
+@pytest.mark.parametrize(
+    ("dims", "name"),
+    [((2,), name) for name in TENSOR_PARALLEL] + [((2, 2), "llama")],
+    ids=[f"tp-{name}" for name in TENSOR_PARALLEL] + ["2-d-llama"],
+)
 def test_the_factory_form_in_tensor_parallel_and_2d_is_the_eager_model(
-    dims: tuple[int, ...],
+    dims: tuple[int, ...], name: str
 ) -> None:
-    ranks = run_ranks(_parallel_worker, dims, world=math.prod(dims), timeout=240)
-    eager, _ = eager_twin(MODELS["llama"])
+    ranks = run_ranks(_parallel_worker, dims, name, world=math.prod(dims), timeout=240)
+    eager, _ = eager_twin(MODELS[name])
     next_draw = torch.rand(4)
     theirs = every_tensor(eager)
     for r in ranks:
-        assert "Shard(dim=0)" in r["placements"]["layers.0.attention.wq.weight"]
-        assert "Shard(dim=1)" in r["placements"]["layers.1.feed_forward.w2.weight"]
+        assert any("Shard(dim=0)" in p for p in r["placements"].values()), r["placements"]
+        if name == "llama":
+            assert "Shard(dim=0)" in r["placements"]["layers.0.attention.wq.weight"]
+            assert "Shard(dim=1)" in r["placements"]["layers.1.feed_forward.w2.weight"]
         assert r["tensors"].keys() == theirs.keys()
         for key, tensor in theirs.items():
             assert torch.equal(unpack(r["tensors"][key]), tensor), (r["rank"], key)

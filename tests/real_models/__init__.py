@@ -38,7 +38,34 @@ U-Net        milesial ``unet_parts.py``, the paper's init             ``normal_(
                                                                      an inferred size
 LSTM LM      pytorch/examples ``word_language_model``                decoder tied to the encoder,
                                                                      ``uniform_``, ``zeros_``
+EfficientNet timm ``efficientnet.py``, ``_efficientnet_blocks.py``,   ``_init_weight_goog``,
+             ``_efficientnet_builder.py``                            depthwise convs, squeeze-
+                                                                     excite, drop path from
+                                                                     ``linspace().item()``
+Swin         microsoft ``swin_transformer.py``                       timm's own ``trunc_normal_``
+                                                                     (``erfinv_``), relative-
+                                                                     position index and shift
+                                                                     mask buffers, ``dpr`` from
+                                                                     ``linspace().item()``
+Mamba        state-spaces ``mamba_simple.py``,                       ``dt_proj`` from ``rand``
+             ``mixer_seq_simple.py``                                  (``copy_`` into the bias),
+                                                                     ``A_log`` / ``D`` with
+                                                                     ``_no_weight_decay``, tied
+                                                                     head, prenorm rescaling
+Diffusion    openai/improved-diffusion ``unet.py``, ``nn.py``        ``zero_module``
+U-Net                                                                (``p.detach().zero_()``),
+                                                                     skip concatenations,
+                                                                     ``GroupNorm32`` made lazy
+HiFi-GAN     jik876/hifi-gan ``models.py``                           ``weight_norm`` (applied at
+                                                                     the build),
+                                                                     ``init_weights``
 ===========  =====================================================  =========================
+
+One file a model, plus ``kit.py`` (the two kits) and ``table.py`` (``MODELS``). Each model's
+file says what was reduced (sizes) or left out (checkpointing flags, fp16), and where its lazy
+port is not its sized constructors alone: Mamba's ``in_proj`` / ``dt_proj``, whose weights
+its forward reads without calling them (no input tells their sizes), and HiFi-GAN's
+``weight_norm``, applied with ``lazynn.on_build`` (torch's refuses an unbuilt weight).
 
 ``MODELS`` maps a name to a :class:`RealModel`: a factory of the model for a kit, and example
 inputs (shapes and dtypes, for ``lazynn.build``; real tensors from a private generator).

@@ -37,7 +37,15 @@ import torch
 from torch import nn
 from torch.nn.modules import module as torch_module
 
-from .._errors import InferenceError, LazynnError, message, with_note
+from .._errors import (
+    Fix,
+    InferenceError,
+    LazynnError,
+    UnbuiltError,
+    first_line,
+    message,
+    with_note,
+)
 from .._layer.base import LazyLayer
 from .._module.deferred import PROBE
 from .._module.lifecycle import finish, is_lazy_module
@@ -61,6 +69,8 @@ __all__ = [
 #: the eager modules of a factory's run: (path, class, ((tensor name, shape), ...))
 Layout = tuple[tuple[str, type, tuple[tuple[str, tuple[int, ...]], ...]], ...]
 T = TypeVar("T")
+#: torch's words when a transformation (weight_norm) is given an unbuilt weight
+_UNINITIALIZED = "can't have uninitialized parameters"
 #: how many runs of a factory may each learn more sizes before it is given up
 MAX_DRAFTS = 8
 
@@ -130,6 +140,23 @@ def draft(
         # (recorded: a value the code reads is computed for real, no generator moves)
         with running(drafting), _watching_ties(drafting), torch.device("meta"), Recorder():
             model = made(factory(), where)
+    except ValueError as error:
+        if _UNINITIALIZED not in str(error):
+            raise
+        raise UnbuiltError(
+            message(
+                where,
+                "a construction whose steps on a lazy layer wait for its sizes",
+                "a step that needs the values of an unbuilt weight (torch's "
+                "nn.utils.weight_norm, say), which the factory's first run, on meta, cannot "
+                "give",
+                "apply it at the build, where the eager code applies it: "
+                "lazynn.on_build(layer, torch.nn.utils.weight_norm) (in both forms; in the "
+                "factory form it runs at once, the layer being built)",
+                detail=first_line(error),
+                key=Fix.ON_BUILD,
+            )
+        ) from error
     finally:
         others.restore()  # (numpy's or Python's draws of the code: the real run makes them)
     for module in model.modules():

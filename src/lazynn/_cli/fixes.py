@@ -35,6 +35,9 @@ _WITH_VALUES = (
 )
 #: an error's fix, by its key, as the command line says it
 _FIXES = {
+    Fix.ON_BUILD: "apply that step to the layer at its build, in the factory: "
+    "lazynn.on_build(layer, fn) (weight_norm, a parametrization) runs fn where the layer is "
+    "built",
     Fix.INPUT_LAYOUT: "change the --input shape so that this layer receives one of the "
     "accepted layouts",
     Fix.INPUT_NONEMPTY: "give --input no 0 dimension",

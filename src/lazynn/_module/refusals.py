@@ -25,6 +25,7 @@ from torch import nn
 from .._errors import (
     BUILD,
     CALL_NOT_FORWARD,
+    Fix,
     InferenceError,
     UnbuiltError,
     frame_locals,
@@ -166,6 +167,7 @@ def refusal(owner: str, kind: str, what: str, checkpoint: str | None) -> Unbuilt
                 f"an unbuilt {kind}, whose shape the first input decides",
                 tool.fix,
                 detail=phrase,
+                key=Fix.ON_BUILD,
             )
         )
     return UnbuiltError(

@@ -16,6 +16,7 @@ Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the ta
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .._errors import (
     AmbiguousInputWarning,
+    Fix,
     InferenceError,
     LazynnError,
     UnbuiltError,
@@ -40,7 +42,7 @@ from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
 from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import OtherRandom, RandomState
-from .._module.state import BUILD_LOCK, Rehearsing, context
+from .._module.state import BUILD_LOCK, Rehearsing, context, find_state
 from .._module.tensors import (
     is_placeholder,
     map_tensors,
@@ -206,6 +208,8 @@ class _Run:
         self.calls[path].count += 1
 
     def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
+        if not self._stack or self._stack[-1][1] is not module:
+            return  # (a pre-hook before this one raised: the call never started)
         path, _, entry_a, entry_k, before, start, event = self._stack.pop()
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:  # this module's forward raised
@@ -247,6 +251,14 @@ class _Run:
         """A forward that reads a tensor of a lazy layer it has not called (``x @
         self.proj.weight.t()``): the layer's sizes come from its inputs, which it never had."""
         owner = next(
+            (  # (the lazy layer it stands in, even where a parametrization now holds it)
+                path
+                for path, module in self.modules.items()
+                if (state := find_state(module)) is not None
+                and any(t is error.placeholder for t in state.placeholders.values())
+            ),
+            None,
+        ) or next(
             (
                 path
                 for path, module in self.modules.items()
@@ -257,6 +269,13 @@ class _Run:
         reader = where[0] if where is not None else ""
         label = f"'{reader}'" if reader else "the model's forward"
         layer = f"'{owner}'" if owner else "a lazy layer"
+        parts = error.parts
+        if parts is not None and parts.key is Fix.ON_BUILD:  # (a parametrization, in the model)
+            return InferenceError(
+                dataclasses.replace(
+                    parts, where=f"{self.lazy.get(owner or '', nn.Module).__name__} at {layer}"
+                )
+            )
         return InferenceError(
             message(
                 f"{self.lazy.get(owner or '', nn.Module).__name__} at {layer}",
