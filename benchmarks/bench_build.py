@@ -12,6 +12,8 @@ Results are reported as ratios to eager construction measured the same way in th
 Contenders:
   eager          the model written with explicit sizes (the baseline)
   lazynn.build   the lazynn model + lazynn.build(model, Spec) (meta rehearsal, one allocation)
+  lazynn.build(factory)  lazynn.build(Net, Spec): the factory form (a draft on meta, a
+                 rehearsal, the real construction with every size known)
   torch-nograd   torch's nn.Lazy* twin + a real dry run under torch.no_grad()
   torch-autograd the same with autograd on, as torch's docs show it
   meta+to_empty  the eager model constructed on meta, then to_empty() + reset_parameters()
@@ -35,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ["eager", "lazynn.build", "torch-nograd", "torch-autograd", "meta+to_empty"]
+CONTENDERS = [
+    "eager",
+    "lazynn.build",
+    "lazynn.build(factory)",
+    "torch-nograd",
+    "torch-autograd",
+    "meta+to_empty",
+]
 MODELS = {"gpt2-medium": "gpt", "resnet50": "resnet50"}
 QUICK = {"cnn": "cnn"}
 LLAMAS = ["llama_7b", "llama_70b"]
@@ -109,6 +118,8 @@ def _worker(contender: str, model_key: str, quick: bool) -> dict[str, Any]:
             return ref.eager()
         if contender == "lazynn.build":
             return lazynn.build(ref.lazy(), spec)
+        if contender == "lazynn.build(factory)":
+            return lazynn.build(ref.lazy, spec)
         if contender in ("torch-nograd", "torch-autograd"):
             model = torch_lazy()
             with torch.set_grad_enabled(contender == "torch-autograd"):

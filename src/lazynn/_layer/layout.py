@@ -31,6 +31,7 @@ from .._module.lifecycle import attach
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
 from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction
 from .._module.tensors import own_slots
+from .._program.record import unrecorded
 from .construct import construct, hide_probes, new, parameter_device
 from .infer import CLASS_KEY, UNKNOWN, Infer
 
@@ -58,7 +59,8 @@ def lay_out(
             return
     here.program = None  # (a layout's own constructions are not the program's)
     try:
-        _placeholders(layer, cls, specs, known_buffers, kwargs, program)
+        with unrecorded():  # (placeholders and probes are no tensor's init program)
+            _placeholders(layer, cls, specs, known_buffers, kwargs, program)
     finally:
         here.program = program
 
