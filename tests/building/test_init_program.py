@@ -16,6 +16,7 @@ import math
 import pickle
 import random
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +26,14 @@ from torch import nn
 import lazynn
 
 X = torch.randn(2, 5, generator=torch.Generator().manual_seed(1))
+
+
+def _through(door: str, factory: Any) -> nn.Module:
+    """``factory``'s model built on X through ``door``: ``build``, or ``build`` on meta then
+    ``materialize`` on the CPU."""
+    if door == "build":
+        return lazynn.build(factory, X)
+    return lazynn.materialize(lazynn.build(factory, X, device="meta"), "cpu")
 
 
 def same_state(a: nn.Module, b: nn.Module) -> bool:
@@ -264,10 +273,7 @@ def test_init_code_that_moves_generators_and_queues_work_gives_the_eager_program
     eager = _Sideways(lazy=False)
     after = _states()
     _seeded()
-    if door == "build":
-        model = lazynn.build(_Sideways, X)
-    else:
-        model = lazynn.materialize(lazynn.build(_Sideways, X, device="meta"), "cpu")
+    model = _through(door, _Sideways)
     assert same_state(model, eager)
     assert model.coin == eager.coin
     assert _same_states(_states(), after)
@@ -512,10 +518,7 @@ def test_init_code_that_reads_values_it_made_is_the_eager_program(door: str) -> 
     eager = _Depth(lazy=False)
     after = torch.get_rng_state()
     torch.manual_seed(0)
-    if door == "build":
-        model = lazynn.build(_Depth, X)
-    else:
-        model = lazynn.materialize(lazynn.build(_Depth, X, device="meta"))
+    model = _through(door, _Depth)
     assert same_state(model, eager)
     assert (model.rates, model.widths, model.scale, model.flag) == (
         eager.rates,
@@ -605,10 +608,7 @@ def test_an_eager_layer_sized_from_a_lazy_layers_size_is_the_eager_model(door: s
     eager = _SizeRead(lazy=False)
     after = torch.get_rng_state()
     torch.manual_seed(0)
-    if door == "build":
-        model = lazynn.build(_SizeRead, X)
-    else:
-        model = lazynn.materialize(lazynn.build(_SizeRead, X, device="meta"))
+    model = _through(door, _SizeRead)
     assert same_state(model, eager)
     assert torch.equal(torch.get_rng_state(), after)
     total = sum(p.numel() for p in eager.parameters())
@@ -636,10 +636,7 @@ def test_a_lazy_layer_fed_by_a_layer_sized_from_a_lazy_size_learns_the_real_size
     eager = _SizeFeeds(lazy=False)
     after = torch.get_rng_state()
     torch.manual_seed(0)
-    if door == "build":
-        model = lazynn.build(_SizeFeeds, X)
-    else:
-        model = lazynn.materialize(lazynn.build(_SizeFeeds, X, device="meta"))
+    model = _through(door, _SizeFeeds)
     assert same_state(model, eager)
     assert torch.equal(torch.get_rng_state(), after)
     report = lazynn.summary(_SizeFeeds, X)

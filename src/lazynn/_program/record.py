@@ -31,6 +31,7 @@ Nothing is allocated for meta tensors; the tape keeps no model tensor (steps nam
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import weakref
 from collections.abc import Iterator
@@ -272,16 +273,7 @@ class Recorder:
         reads = tuple(v.storage for v in _all_views((views, named)) if v.storage not in writes)
         if _is_view(op):  # (it reads nothing: its output is a view of its input)
             reads = ()
-        outputs: list[View | None] = []
-        creates: list[int] = []
-        for value in result if isinstance(result, (tuple, list)) else (result,):
-            if not isinstance(value, torch.Tensor):
-                outputs.append(None)
-                continue
-            key = StorageWeakRef(value.untyped_storage())
-            if key not in self._storages:
-                creates.append(self._new_storage(value))
-            outputs.append(self.view_of(value))
+        outputs, creates = self.outputs_of(result)
         step = Step(
             op,
             views,
@@ -295,6 +287,20 @@ class Recorder:
         )
         self.tape.steps.append(step)
         return step
+
+    def outputs_of(self, result: Any) -> tuple[tuple[View | None, ...], tuple[int, ...]]:
+        """A step's outputs (a view each, None where not a tensor) and the storages they
+        create."""
+        outputs: list[View | None] = []
+        creates: list[int] = []
+        for value in result if isinstance(result, (tuple, list)) else (result,):
+            if not isinstance(value, torch.Tensor):
+                outputs.append(None)
+                continue
+            if StorageWeakRef(value.untyped_storage()) not in self._storages:
+                creates.append(self._new_storage(value))
+            outputs.append(self.view_of(value))
+        return tuple(outputs), tuple(creates)
 
     def mark(self, order: int) -> None:
         """A step where the queued work of number ``order`` runs (``QUEUED``)."""
@@ -426,28 +432,10 @@ class _Ops(TorchDispatchMode):  # (a Recorder's aten half)
 
 def _note_outputs(recorder: Recorder, step: Step, result: Any) -> None:
     """Give a step recorded before its result existed the storages of its outputs."""
-    outputs: list[View | None] = []
-    creates: list[int] = []
-    for value in result if isinstance(result, (tuple, list)) else (result,):
-        if not isinstance(value, torch.Tensor):
-            outputs.append(None)
-            continue
-        if StorageWeakRef(value.untyped_storage()) not in recorder._storages:
-            creates.append(recorder._new_storage(value))
-        outputs.append(recorder.view_of(value))
+    outputs, creates = recorder.outputs_of(result)
     steps = recorder.tape.steps
     index = len(steps) - 1 - steps[::-1].index(step)
-    steps[index] = Step(
-        step.op,
-        step.args,
-        step.kwargs,
-        tuple(outputs),
-        tuple(creates),
-        step.writes,
-        step.reads,
-        step.random,
-        step.uninitialized,
-    )
+    steps[index] = dataclasses.replace(step, outputs=outputs, creates=creates)
 
 
 def _meta_device(kwargs: dict[str, Any]) -> bool:

@@ -201,34 +201,6 @@ def with_generator(op: str) -> str:
     return op
 
 
-#: in-place ops that set what they write without reading it (an ``empty`` tensor they fill
-#: whole is initialized; ``mul_`` on one is not)
-_OVERWRITES = frozenset(
-    {
-        "aten::fill_.Scalar",
-        "aten::fill_.Tensor",
-        "aten::zero_.default",
-        "aten::copy_.default",
-        "aten::uniform_.default",
-        "aten::normal_.default",
-        "aten::bernoulli_.float",
-        "aten::bernoulli_.Tensor",
-        "aten::random_.default",
-        "aten::random_.from",
-        "aten::random_.to",
-        "aten::exponential_.default",
-        "aten::geometric_.default",
-        "aten::cauchy_.default",
-        "aten::log_normal_.default",
-        "aten::index_put_.default",
-        "aten::masked_fill_.Scalar",
-        "aten::masked_fill_.Tensor",
-        "aten::index_fill_.int_Scalar",
-        "aten::scatter_.value",
-        "aten::scatter_.src",
-        "torch.nn.init.trunc_normal_",
-    }
-)
 #: ops that write only some elements of their tensor, whatever its view
 _PARTIAL = frozenset(
     {
@@ -239,6 +211,31 @@ _PARTIAL = frozenset(
         "aten::scatter_.value",
         "aten::scatter_.src",
     }
+)
+#: in-place ops that set what they write without reading it (an ``empty`` tensor they fill
+#: whole is initialized; ``mul_`` on one is not)
+_OVERWRITES = (
+    frozenset(
+        {
+            "aten::fill_.Scalar",
+            "aten::fill_.Tensor",
+            "aten::zero_.default",
+            "aten::copy_.default",
+            "aten::uniform_.default",
+            "aten::normal_.default",
+            "aten::bernoulli_.float",
+            "aten::bernoulli_.Tensor",
+            "aten::random_.default",
+            "aten::random_.from",
+            "aten::random_.to",
+            "aten::exponential_.default",
+            "aten::geometric_.default",
+            "aten::cauchy_.default",
+            "aten::log_normal_.default",
+            "torch.nn.init.trunc_normal_",
+        }
+    )
+    | _PARTIAL
 )
 
 
