@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .kit import Kit
+from .timm_drop import DropPath
 
 
 # --- timm/layers helpers ------------------------------------------------------------------------
@@ -84,31 +85,6 @@ def create_conv2d(
         groups=groups,
         bias=bias,
     )
-
-
-def drop_path(
-    x: torch.Tensor, drop_prob: float = 0.0, training: bool = False, scale_by_keep: bool = True
-) -> torch.Tensor:
-    if drop_prob == 0.0 or not training:
-        return x
-    keep_prob = 1 - drop_prob
-    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-    random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
-    if keep_prob > 0.0 and scale_by_keep:
-        random_tensor.div_(keep_prob)
-    return x * random_tensor
-
-
-class DropPath(nn.Module):
-    """Drop paths (Stochastic Depth) per sample (timm/layers/drop.py)."""
-
-    def __init__(self, drop_prob: float = 0.0, scale_by_keep: bool = True) -> None:
-        super().__init__()
-        self.drop_prob = drop_prob
-        self.scale_by_keep = scale_by_keep
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return drop_path(x, self.drop_prob, self.training, self.scale_by_keep)
 
 
 # --- timm/models/_efficientnet_blocks.py --------------------------------------------------------
