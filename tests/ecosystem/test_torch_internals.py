@@ -313,17 +313,25 @@ def test_error_names_nested_layer_path() -> None:
 
 
 def test_functorch_interpreter_stack_query_exists() -> None:
-    """lazynn refuses a first call under torch.func via this private query (_mixin.py)."""
-    assert torch._C._functorch.peek_interpreter_stack() is None
-    seen: list[object] = []
+    """lazynn refuses a first call under a differentiating torch.func transform, and builds
+    under vmap, by this private query (_module/refusals.py): the stack's levels and kinds."""
+    from torch._C._functorch import TransformType, get_interpreter_stack
+
+    assert get_interpreter_stack() is None
+    seen: list[list[object]] = []
 
     def probe(x: torch.Tensor) -> torch.Tensor:
-        seen.append(torch._C._functorch.peek_interpreter_stack())
+        seen.append([level.key() for level in get_interpreter_stack() or []])
         return x.sum()
 
     torch.func.grad(probe)(torch.ones(2))
-    assert seen
-    assert seen[0] is not None
+    torch.vmap(probe)(torch.ones(2, 2))
+    torch.func.grad(lambda x: torch.vmap(probe)(x).sum())(torch.ones(2, 2))
+    assert seen == [
+        [TransformType.Grad],
+        [TransformType.Vmap],
+        [TransformType.Grad, TransformType.Vmap],
+    ]
 
 
 # --- what the factory form, kept initializations, the twin and on_build rely on -------------

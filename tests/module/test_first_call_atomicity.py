@@ -317,7 +317,7 @@ _FUNC_CHILD = textwrap.dedent(
         if kind == "grad":
             call = lambda: torch.func.grad(lambda x: row.call(layer, x).sum())(x)
         else:
-            call = lambda: torch.func.vmap(lambda x: row.call(layer, x))(x)
+            call = lambda: torch.func.jacrev(lambda x: row.call(layer, x))(x)
         try:
             call()
         except lazynn.InferenceError as error:
@@ -376,7 +376,7 @@ _FUNC_CHILD = textwrap.dedent(
 
 
 @pytest.mark.slow  # a child process per transform, every row
-@pytest.mark.parametrize("transform", ["grad", "vmap"])
+@pytest.mark.parametrize("transform", ["grad", "jacrev"])
 def test_func_transform_as_first_call_is_refused(transform: str) -> None:
     result = subprocess.run(
         [sys.executable, "-c", _FUNC_CHILD, transform],
@@ -394,6 +394,65 @@ def test_func_transform_as_first_call_is_refused(transform: str) -> None:
     assert result.returncode >= 0, f"the child crashed (signal {-result.returncode})"
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ALL-OK" in result.stdout
+
+
+def _outcome(module: nn.Module, call: Callable[[], Any]) -> tuple[Any, type[BaseException] | None]:
+    try:
+        return call(), None
+    except Exception as error:  # (compared with the eager layer's)
+        return None, type(error)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
+def test_a_first_call_under_vmap_builds_as_the_eager_layer_constructed_there(row: Row) -> None:
+    """torch.vmap(randomness='same') as the first call (torchrl builds one network per agent
+    so): the layer builds as torch's lazy modules do, to the eager layer's numbers and
+    outputs; where the eager layer's forward fails under vmap (running statistics updated in
+    place), the first call fails and the layer stays unbuilt, the generator unmoved."""
+    x = row.example()
+    stacked = torch.stack([x, x])
+    torch.manual_seed(0)
+    layer = row.lazy(**row.simple)
+    rng = torch.get_rng_state()
+    out, failed = _outcome(
+        layer, lambda: torch.vmap(lambda xi: row.call(layer, xi), randomness="same")(stacked)
+    )
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    eager = row.new_eager(row.simple, row.simple_size)
+    expected, eager_failed = _outcome(
+        eager, lambda: torch.vmap(lambda xi: row.call(eager, xi), randomness="same")(stacked)
+    )
+    if eager_failed is not None:
+        assert failed is not None, row.id
+        assert is_unbuilt(layer), row.id
+        assert type(layer) is row.lazy, row.id
+        assert torch.equal(after, rng), row.id
+        return
+    assert failed is None, row.id
+    assert type(layer) is type(eager), row.id
+    assert_same_module(layer, eager)
+    leaves = torch.utils._pytree.tree_leaves
+    assert all(torch.equal(a, b) for a, b in zip(leaves(out), leaves(expected), strict=True))
+
+
+def test_a_first_call_under_vmap_that_refuses_draws_says_how_to_allow_them() -> None:
+    """vmap's default randomness='error' refuses the initialization's draws: the error (a
+    RuntimeError, as torch's) names the layer and the fix; the layer stays unbuilt."""
+    layer = lazynn.LazyLinear(3)
+    x = torch.randn(2, 4)
+    rng = torch.get_rng_state()
+    with pytest.raises(RuntimeError, match=r"^LazyLinear: .*randomness='same'") as caught:
+        torch.vmap(layer)(x)
+    assert isinstance(caught.value, lazynn.InferenceError)
+    assert "randomness error mode" in str(caught.value)  # (torch's words)
+    assert lazynn.is_lazy(layer)
+    assert torch.equal(torch.get_rng_state(), rng)
+    # a layer whose initialization draws nothing builds there
+    norm = lazynn.LazyLayerNorm()
+    torch.vmap(norm)(torch.randn(2, 3, 4))
+    assert type(norm) is nn.LayerNorm
+    assert norm.normalized_shape == (4,)
 
 
 # --- 5. initialize_parameters called directly -------------------------------------------------

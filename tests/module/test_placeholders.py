@@ -468,3 +468,95 @@ def test_parameter_constructor_takes_torchs_arguments_and_the_rebuild_form() -> 
     )
     with pytest.raises(TypeError, match=r"^UninitializedParameter\(\) got an unexpected"):
         lazynn.UninitializedParameter(shape=3)
+
+
+# --- .data and clones, as torch's; a materialize() of the placeholder's own ---------------
+
+
+@pytest.mark.parametrize("row", TENSOR_ROWS, ids=lambda r: r.id)
+def test_data_of_an_unbuilt_placeholder_is_no_parameter_and_its_clone_is_torchs(row: Row) -> None:
+    """``p.data`` is a plain tensor in torch: assigned to a module it registers nothing (so
+    torchrl's multi-agent models keep torch's parameters and state_dict keys), and its
+    ``clone()`` (torchrl's target networks) is torch's empty tensor, not a refusal. Writes on
+    it are still kept for the build (``m.bias.data.fill_``)."""
+    layer = row.lazy(**row.simple)
+    torch_layer_data = nn.UninitializedParameter().data
+    for name, p in lazy_tensors(layer).items():
+        data = p.data
+        assert not isinstance(data, nn.Parameter), name
+        holder = nn.Module()
+        holder.alias = data
+        assert list(holder.state_dict()) == [], name
+        assert list(holder.parameters()) == [], name
+        for copy in (p.data.clone(), p.detach().clone(), torch.clone(p.data)):
+            assert type(copy) is type(torch_layer_data), name
+            assert copy.shape == (0,), name
+            assert (copy.dtype, copy.device, copy.requires_grad) == (p.dtype, p.device, False)
+        with pytest.raises(lazynn.UnbuiltError, match=r"Tensor\.clone"):
+            p.clone()  # (the placeholder itself: refused, as torch's)
+
+
+def test_writes_through_data_are_kept_and_detach_keeps_the_class() -> None:
+    torch.manual_seed(0)
+    layer = lazynn.LazyLinear(3)
+    layer.weight.data.fill_(2.0)
+    layer.bias.detach().zero_()
+    assert type(layer.weight.detach()) is lazynn.UninitializedParameter  # nn.Parameter(p) needs it
+    layer(torch.randn(2, 4))
+    assert torch.equal(layer.weight, torch.full((3, 4), 2.0))
+    assert torch.equal(layer.bias, torch.zeros(3))
+
+
+def _batched(base: type) -> type:
+    """A placeholder class whose materialize() adds a leading dimension of 3, as tensordict's
+    batched placeholders add the agent dimension."""
+
+    class Batched(base):  # type: ignore[misc, valid-type]
+        def materialize(self, shape: Any, device: Any = None, dtype: Any = None) -> None:
+            base.materialize(self, (3, *shape), device=device, dtype=dtype)
+
+    return Batched
+
+
+@pytest.mark.parametrize("library", [nn, lazynn], ids=["torch", "lazynn"])
+def test_a_placeholder_with_its_own_materialize_is_built_through_it(library: Any) -> None:
+    """Building goes through the placeholder's own materialize(), then reset_parameters(), as
+    torch's lazy modules build: the same shapes, numbers and generator state as torch's."""
+    results = {}
+    for lib in (nn, lazynn):
+        torch.manual_seed(0)
+        layer = lib.LazyLinear(5)
+        kind = _batched(library.UninitializedParameter)
+        layer.weight, layer.bias = kind(), kind()
+        weight = layer.weight
+        layer.initialize_parameters(torch.ones(2, 4))
+        assert layer.weight is weight
+        results[lib] = (layer.weight.detach().clone(), layer.bias.detach().clone())
+        results[lib] += (torch.get_rng_state(),)
+    assert results[lazynn][0].shape == (3, 5, 4)
+    assert results[lazynn][1].shape == (3, 5)
+    assert all(torch.equal(a, b) for a, b in zip(results[nn], results[lazynn], strict=True))
+
+
+def test_a_materialize_that_keeps_the_shape_keeps_the_eager_values() -> None:
+    """A materialize() hook that shapes as asked (one that logs, say): built through it, the
+    layer is the eager layer, as with torch's lazy modules."""
+    seen = []
+
+    class Logged(lazynn.UninitializedParameter):
+        def materialize(self, shape: Any, device: Any = None, dtype: Any = None) -> None:
+            seen.append(tuple(shape))
+            super().materialize(shape, device=device, dtype=dtype)
+
+    torch.manual_seed(0)
+    layer = lazynn.LazyLinear(5)
+    layer.weight = Logged()
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    y = layer(x)
+    torch.manual_seed(0)
+    eager = nn.Linear(4, 5)
+    assert seen == [(5, 4)]
+    assert type(layer) is nn.Linear
+    assert torch.equal(layer.weight, eager.weight)
+    assert torch.equal(layer.bias, eager.bias)
+    assert torch.equal(y, eager(x))

@@ -42,6 +42,7 @@ from .._module.callers import under_dynamo, untraced
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import finish, in_build, is_unbuilt, rehearsing, warn_built
 from .._module.mixin import LazyModuleMixin
+from .._module.placeholder import hooks_materialize
 from .._module.snapshot import RandomState
 from .._module.state import LazyState, context, lazy_state
 from .._module.tensors import is_placeholder, raw
@@ -57,7 +58,14 @@ from .construct import (
     new,
     slots,
 )
-from .fill import Pending, commit, plan_moves, reset_known_buffers, take_settings
+from .fill import (
+    Pending,
+    commit,
+    materialize_each,
+    plan_moves,
+    reset_known_buffers,
+    take_settings,
+)
 from .infer import CLASS_KEY, Infer, ambiguity
 from .inputs import (
     argument,
@@ -227,16 +235,19 @@ class LazyLayer(LazyModuleMixin):
         self._lazynn_check_dtype(args, kwargs)
         on_meta = all(raw(t).is_meta for _, t in self._lazynn_slots() if is_placeholder(t))
         source = None
+        hooked = False
         if on_meta and rehearsing():
             # The rehearsal runs this layer's forward right after, and restores everything
             # if it fails: checking on meta first would only run the forward twice.
             shadow = source = self._lazynn_shadow(sizes)
-        elif on_meta or under_dynamo():
+        elif on_meta or under_dynamo() or (hooked := self._lazynn_hooked()):
+            # (a placeholder with its own materialize() is built through it and initialized by
+            # reset_parameters(), as torch's lazy modules are: the eager layer on meta)
             # No real forward follows to check the input (dynamo builds, then traces; a layer
             # on meta has no values): the eager layer runs on meta first. (dynamo and sympy
             # are imported on these paths already, so this costs nothing new.)
             shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)
-            source = shadow if on_meta else None
+            source = shadow if on_meta or hooked else None
         else:
             # The first call: the layer is constructed for real, and the forward that follows
             # is the check; if it fails, LazyModuleMixin.__call__ undoes the build, random
@@ -318,11 +329,48 @@ class LazyLayer(LazyModuleMixin):
             finally:
                 saved.restore()
 
-        moves = plan_moves(self, eager, list(self._lazynn_slots()), device, dtype, elsewhere)
+        placed = list(self._lazynn_slots())
+        if any(hooks_materialize(t) for _, t in placed):
+            pending, unset = materialize_each(self, eager, placed, device, dtype)
+            reset_known_buffers(self, eager, self.known_buffers, device)
+            take_settings(self, eager)
+            if unset:
+                self._lazynn_reset_as_eager()
+            return pending
+        moves = plan_moves(self, eager, placed, device, dtype, elsewhere)
         reset_known_buffers(self, eager, self.known_buffers, device)
         pending = commit(moves)
         take_settings(self, eager)
         return pending
+
+    def _lazynn_hooked(self) -> bool:
+        """Whether a placeholder's class has its own ``materialize()`` (see ``_lazynn_build``)."""
+        return any(hooks_materialize(t) for _, t in self._lazynn_slots())
+
+    def _lazynn_reset_as_eager(self) -> None:
+        """Initialize the layer's tensors by its eager class's ``reset_parameters()``, as
+        torch's lazy modules do after materializing (tensors whose own ``materialize()``
+        shaped them otherwise than the eager layer's)."""
+        eager_class = self.cls_to_become
+        reset = getattr(eager_class, "reset_parameters", None)
+        if not callable(reset):
+            raise InferenceError(
+                message(
+                    module_path(self),
+                    "an eager class with reset_parameters() to initialize tensors whose own "
+                    "materialize() gave them another shape than the eager layer's",
+                    f"{eager_class.__name__}, which has none",
+                    "initialize those tensors in your code after the first call, or give the "
+                    "placeholders a materialize() that keeps the shape it is given",
+                )
+            )
+        own = type(self)
+        self.__class__ = eager_class  # type: ignore[assignment]  # (its code, on this layer; the build swaps it for good)
+        try:
+            with torch.no_grad():
+                reset(self)
+        finally:
+            self.__class__ = own
 
     # --- building from a checkpoint -------------------------------------------------------
     def _lazynn_new_eager(

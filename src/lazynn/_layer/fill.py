@@ -34,6 +34,7 @@ __all__ = [
     "Move",
     "Pending",
     "commit",
+    "materialize_each",
     "plan_moves",
     "reset_known_buffers",
     "take_settings",
@@ -160,6 +161,40 @@ def commit(moves: list[Move]) -> Pending:
         if move.later is not None:  # (after every initialization written so far)
             pending.append((Init(_to_dtype, (SELF, move.later), {}), value))
     return pending
+
+
+def materialize_each(
+    layer: nn.Module,
+    eager: nn.Module,
+    placed: Iterable[tuple[Slot, torch.Tensor]],
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+) -> tuple[Pending, bool]:
+    """The build of a layer with a placeholder whose class has its own ``materialize()``
+    (``hooks_materialize``), through each placeholder's ``materialize()`` with the eager
+    tensor's shape, as torch's lazy modules build. A placeholder that took that shape takes
+    the eager value (where ``eager`` was constructed for real); returns the initializations
+    written on the placeholders, and whether some tensor has no value yet (its
+    ``materialize()`` gave another shape, or ``eager`` is on meta): the layer's
+    ``reset_parameters()`` then initializes it, as torch's lazy modules do."""
+    modules = dict(eager.named_modules())
+    pending: Pending = []
+    unset = False
+    for (prefix, name), tensor in placed:
+        if not is_placeholder(tensor):
+            continue
+        value = getattr(modules[prefix], name).detach()
+        pending += [(init, tensor) for init in inits_of(tensor)]  # (before it is built)
+        kind = dtype if dtype is not None and value.is_floating_point() else None
+        tensor.materialize(  # type: ignore[attr-defined]
+            tuple(value.shape), device=None if device is None else value.device, dtype=kind
+        )
+        if tuple(tensor.shape) == tuple(value.shape) and not value.is_meta:
+            with torch.no_grad():
+                tensor.copy_(value)
+        else:
+            unset = True
+    return pending, unset
 
 
 def _to_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> None:

@@ -172,6 +172,19 @@ def construct_checked(
     try:
         return construct()
     except Exception as error:
+        if _vmap_refused_draw(error):
+            raise InferenceError(
+                message(
+                    module_path(layer),
+                    "a first call under torch.vmap with randomness='same' or 'different' "
+                    "(the layer's initialization draws random numbers)",
+                    "randomness='error' (vmap's default)",
+                    "pass randomness='same' to torch.vmap (the parameters a build makes are "
+                    "not batched: every sample sees the same ones), or build the model before "
+                    "the transform",
+                    detail=str(error),
+                )
+            ) from error
         raise InferenceError(
             message(
                 module_path(layer),
@@ -183,6 +196,13 @@ def construct_checked(
                 key=Fix.LAYER_ARGUMENTS,
             )
         ) from error
+
+
+def _vmap_refused_draw(error: Exception) -> bool:
+    """Whether ``error`` is torch.vmap refusing a random operation (randomness='error')."""
+    return isinstance(error, RuntimeError) and str(error).startswith(
+        "vmap: called random operation while in randomness error mode"
+    )
 
 
 def forward_error(

@@ -161,9 +161,14 @@ def _target(value: Any) -> torch.Tensor | None:
 
 
 def _data_of(placeholder: Any) -> torch.Tensor:
-    """A placeholder's ``.data``: a placeholder that records on it (there is no data to
-    detach from)."""
-    alias: torch.Tensor = placeholder._like(raw(placeholder), requires_grad=False)
+    """A placeholder's ``.data`` (or ``detach()``): a placeholder that records on it (there is
+    no data to detach from), and is not a Parameter, as torch's ``p.data`` is a plain tensor:
+    assigned to a module it registers nothing."""
+    return _alias(placeholder, placeholder._data_alias())
+
+
+def _alias(placeholder: Any, alias: torch.Tensor) -> torch.Tensor:
+    """``alias``, a new placeholder, made to record what is written on it on ``placeholder``."""
     alias.__dict__[DATA_OF] = placeholder
     alias.__dict__.pop(INITS, None)  # (what is written on it is the placeholder's)
     return alias
@@ -184,8 +189,11 @@ def keep(
     if target is None:
         return None
     getter = getattr(func, "__name__", "") == "__get__"
-    if first is target and ((attr == "data" and getter) or func is torch.Tensor.detach):
-        return _data_of(first)  # (its .data, or a detached view: writes on it are its own)
+    if first is target and attr == "data" and getter:
+        return _data_of(first)  # (its .data: writes on it are its own)
+    if first is target and func is torch.Tensor.detach:
+        # (a detached view, of its class: nn.Parameter(p) and state_dict detach it)
+        return _alias(first, first._like(raw(first), requires_grad=False))  # type: ignore[attr-defined]
     if attr == "is_meta" and getter:
         # (the frame that asked: this function's caller's caller; read only here, as
         # torch.compile cannot trace sys._getframe)

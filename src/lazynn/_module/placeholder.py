@@ -43,6 +43,7 @@ __all__ = [
     "UninitializedBuffer",
     "UninitializedParameter",
     "fill",
+    "hooks_materialize",
     "is_lazy",
     "placeholder_for",
     "rebuild_placeholder",
@@ -110,6 +111,9 @@ _CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
     }
 )
 
+
+#: copies: of a placeholder's ``.data``, torch's empty tensor (see ``__torch_function__``)
+_CLONES: frozenset[Callable[..., Any]] = frozenset({torch.Tensor.clone, torch.clone})
 
 #: what a placeholder answers itself even in a factory's first run: moves (a new placeholder),
 #: ``requires_grad``
@@ -225,6 +229,14 @@ class _Placeholder(_TensorForTyping):
             new.__dict__[PROBE] = torch.empty(probe.shape, dtype=raw.dtype, device="meta")
         return new
 
+    def _data_alias(self) -> torch.Tensor:
+        """A buffer placeholder like this one, named as it is (its ``.data``: see ``keep``)."""
+        alias = torch.Tensor._make_subclass(UninitializedBuffer, _raw(self), False)
+        for attr in ("_lazynn_owner", "_lazynn_checkpoint"):
+            if attr in self.__dict__:
+                setattr(alias, attr, self.__dict__[attr])
+        return alias
+
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
         if id(self) not in memo:
             raw = _raw(self)
@@ -249,6 +261,12 @@ class _Placeholder(_TensorForTyping):
         kept = keep(func, attr, args, kwargs)
         if kept is not None:
             return kept
+        if func in _CLONES and isinstance(self, _Placeholder) and DATA_OF in self.__dict__:
+            # `p.data.clone()` / `p.detach().clone()` of an unbuilt p: torch's p.data is an
+            # empty plain tensor, and its clone one too (torchrl's target networks take it,
+            # then copy the source's values in once it is built)
+            held = _raw(self)
+            return torch.empty(0, dtype=held.dtype, device=held.device)
         with torch._C.DisableTorchFunctionSubclass():
             if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
                 if attr == "requires_grad" and isinstance(self, _Placeholder) and distributed():
@@ -306,6 +324,14 @@ def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
     placeholder.__class__ = target
     for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent", PROBE, INITS):
         placeholder.__dict__.pop(attr, None)
+
+
+def hooks_materialize(tensor: object) -> bool:
+    """Whether ``tensor`` is a placeholder whose class defines its own ``materialize()``
+    (tensordict's batched placeholders add an agent dimension there): a build goes through
+    it, as torch's lazy modules' builds do."""
+    own = getattr(type(tensor), "materialize", None)
+    return is_placeholder(tensor) and own not in _MATERIALIZES
 
 
 class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
@@ -475,3 +501,8 @@ def placeholder_for(
 
 #: how a pickled placeholder is rebuilt (registered with torch.load's safe globals)
 rebuild_placeholder = _rebuild
+
+#: the ``materialize`` of lazynn's and torch's own placeholder classes
+_MATERIALIZES = frozenset(
+    {_Placeholder.materialize, nn.parameter.UninitializedTensorMixin.materialize}  # type: ignore[attr-defined]
+)

@@ -275,25 +275,31 @@ def refuse_under_export(module: nn.Module) -> None:
 
 
 def refuse_under_functorch(module: nn.Module) -> None:
-    # torch._C._functorch.peek_interpreter_stack is private; torch.func has no public "is a
-    # transform active" query. Building under grad/vmap would materialize parameters inside
-    # the transform (torch's own lazy modules crash the interpreter there).
-    # tests/ecosystem/test_torch_internals.py checks it still exists.
-    # (traced by dynamo, the peek is not None whatever runs: a build is never refused there)
-    if (
-        not torch.compiler.is_dynamo_compiling()
-        and torch._C._functorch.peek_interpreter_stack() is not None
-    ):
+    """A first call inside ``torch.func.grad`` / ``jacrev`` / ``jvp`` (or ``functional_call``
+    under one), refused: building there would materialize parameters inside a transform that
+    differentiates (torch's own lazy modules crash the interpreter). Under ``vmap`` alone the
+    build runs as torch's does (torchrl builds one network per agent so): the parameters it
+    makes are not batched, and draws follow vmap's ``randomness``."""
+    # torch._C._functorch.get_interpreter_stack is private; torch.func has no public "which
+    # transforms are active" query. tests/ecosystem/test_torch_internals.py checks it exists.
+    # (traced by dynamo, the stack is not None whatever runs: a build is never refused there)
+    if torch.compiler.is_dynamo_compiling():
+        return
+    stack = torch._C._functorch.get_interpreter_stack()
+    if stack and any(level.key() != _VMAP for level in stack):
         raise InferenceError(
             message(
                 module_path(module),
-                "its first call outside torch.func transforms",
-                "a first call inside torch.func.grad / vmap / jacrev (or functional_call "
-                "under one)",
+                "its first call outside torch.func transforms that differentiate",
+                "a first call inside torch.func.grad / jacrev / jvp (or functional_call under one)",
                 "build the model first with a plain call, model(example), or "
                 f"{BUILD}; then apply the transform",
             )
         )
+
+
+#: the transform under which a first call builds (see refuse_under_functorch)
+_VMAP = torch._C._functorch.TransformType.Vmap
 
 
 def scripting_refusal(module: nn.Module) -> UnbuiltError:
