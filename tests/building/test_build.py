@@ -112,6 +112,65 @@ def test_mixed_models_initialize_in_construction_order(
     assert torch.equal(state, torch.get_rng_state())
 
 
+def _constructed_in(
+    layers: list[tuple[str, int, bool]], in_width: int, lazy: bool, order: list[int]
+) -> nn.Sequential:
+    """``_stack``'s model, its layers after the first constructed in ``order`` (a decoder
+    that makes its layers last to first: Dreamer's, torchrl's ``ObsDecoder``), registered in
+    stack order."""
+    widths = [in_width]
+    for kind, out, _ in layers:
+        widths.append(out if kind in ("lazy", "eager") else widths[-1])
+    made: dict[int, nn.Module] = {}
+    for index in [0, *order]:
+        kind, out, bias = layers[index]
+        if kind == "relu":
+            made[index] = nn.ReLU()
+        elif kind == "norm":
+            made[index] = nn.LayerNorm(widths[index])
+        elif kind == "lazy" and lazy:
+            made[index] = lazynn.LazyLinear(out, bias=bias)
+        else:
+            made[index] = nn.Linear(widths[index], out, bias=bias)
+    return nn.Sequential(*(made[i] for i in range(len(layers))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layers=mixed_stacks(),
+    in_width=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+    door=st.sampled_from(["build", "meta"]),
+)
+def test_layers_constructed_in_another_order_than_registered_build_as_eager(
+    layers: list[tuple[str, int, bool]],
+    in_width: int,
+    seed: int,
+    data: st.DataObject,
+    door: str,
+) -> None:
+    """A model whose layers after the first (lazy) one are constructed in any order: build
+    (and build on meta, then materialize) gives the eager model constructed in that order,
+    with no warning, and leaves the generator where eager construction does."""
+    layers = [("lazy", layers[0][1], layers[0][2]), *layers[1:]]
+    order = data.draw(st.permutations(range(1, len(layers))))
+    x = torch.randn(2, in_width)
+    torch.manual_seed(seed)
+    mixed = _constructed_in(layers, in_width, True, order)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if door == "build":
+            mixed = lazynn.build(mixed, x)
+        else:
+            mixed = lazynn.materialize(lazynn.build(mixed, x, device="meta"))
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    eager = _constructed_in(layers, in_width, False, order)
+    same_state(mixed, eager)
+    assert torch.equal(state, torch.get_rng_state())
+
+
 def test_eager_layer_changed_after_construction_is_kept_with_a_warning() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 3), nn.Linear(3, 2))

@@ -410,7 +410,7 @@ def _allocate_in_order(
         if allocation.plan.start is not None:
             torch.set_rng_state(allocation.plan.start)
         allocation.queued = due(model)
-        for path, module in order:
+        for path, module in allocation.plan.walk or order:  # (construction order)
             state = find_state(module)
             if state is not None and module in rehearsal.sizes and is_unbuilt(module):
                 allocation.run_due(model, before=state.birth)

@@ -34,7 +34,11 @@ from .._module.state import find_state
 from .._module.tensors import is_placeholder, own_slots, own_tensors
 from .writes import Writes
 
-__all__ = ["Plan", "plan", "reset_of", "scratch_init"]
+__all__ = ["LOOKAHEAD", "Plan", "plan", "reset_of", "scratch_init"]
+
+#: how many layers past the next one the replay tries when the next one's values are not
+#: what it would draw (layers constructed in another order than registered)
+LOOKAHEAD = 16
 
 
 def reset_of(module: nn.Module) -> Any:
@@ -77,6 +81,10 @@ class Plan:
     written: Mapping[nn.Module, frozenset[str]] = field(default_factory=dict)
     #: why the model may differ from an eager one, for a warning
     notes: tuple[str, ...] = ()
+    #: the modules in construction order where it is not registration order (a decoder
+    #: that makes its layers last to first), for the allocation to visit; None: registration
+    #: order
+    walk: tuple[tuple[str, nn.Module], ...] | None = None
 
 
 def plan(
@@ -126,6 +134,7 @@ def plan(
         frozenset(stream.retied),
         stream.written,
         tuple(stream.notes),
+        stream.walk(order, first, lazy, end),
     )
 
 
@@ -145,13 +154,28 @@ class _Stream:
         self.notes: list[str] = []
         #: the first layer that cannot be replayed (no reset_parameters), or None
         self.stopped: str | None = None
+        #: the layers in the order replayed (construction order), each with the generator
+        #: state its draws start from
+        self.sequence: list[tuple[tuple[str, nn.Module], torch.Tensor]] = []
 
     def replay(self, start: torch.Tensor, eager_after: list[tuple[str, nn.Module]]) -> torch.Tensor:
+        """Replay the layers' construction draws from ``start``, in the order they were
+        constructed: registration order, unless a layer's values are not what it draws at its
+        turn and one of the next :data:`LOOKAHEAD` layers' are (a decoder that makes its
+        layers last to first): that one was constructed first. Returns the state the stream
+        ends in; the generator is left as it was."""
         saved = torch.get_rng_state()
         try:
             torch.set_rng_state(start)
-            for path, module in eager_after:
-                self.one(path, module)
+            pending = list(eager_after)
+            while pending:
+                here = torch.get_rng_state()
+                index, trial = 0, self.trial(pending[0][1])
+                if trial is not None and not trial.same and not trial.tied:
+                    index, trial = self.constructed_first(pending, here, trial)
+                entry = pending.pop(index)
+                self.sequence.append((entry, here))
+                self.take(entry, trial)
             end = torch.get_rng_state()
         finally:
             torch.set_rng_state(saved)
@@ -163,31 +187,113 @@ class _Stream:
             )
         return end
 
-    def one(self, path: str, module: nn.Module) -> None:
+    def constructed_first(
+        self, pending: list[tuple[str, nn.Module]], here: torch.Tensor, trial: _Trial
+    ) -> tuple[int, _Trial]:
+        """The first of ``pending`` does not hold what it draws from ``here``: the index and
+        trial of one of the next layers that does (constructed before it), or the first's
+        again; the generator left where the chosen layer's draws end."""
+        for index in range(1, min(len(pending), LOOKAHEAD + 1)):
+            torch.set_rng_state(here)
+            other = self.trial(pending[index][1])
+            if other is not None and other.same and not other.tied:
+                return index, other
+        torch.set_rng_state(here)
+        return 0, self.trial(pending[0][1]) or trial
+
+    def trial(self, module: nn.Module) -> _Trial | None:
+        """``module``'s initializer run on a scratch copy from the current state (drawing),
+        compared with its values; None if it cannot be replayed (no ``reset_parameters()``,
+        or after a layer that stopped the replay)."""
         tensors = own_tensors(module)
         tied = any(id(t) in self.owned for t in tensors)
-        if (tied or self.stopped is None) and reset_of(module) is not None:
-            writes = Writes()
-            twin = scratch_init(module, writes)
-            mine = [
-                (a, b)
-                for a, b in zip(own_tensors(twin), tensors, strict=True)
-                if id(b) not in self.owned and not a.is_meta and not b.is_meta
-            ]
-            same = all(torch.equal(a, b) for a, b in mine)
-            if same and (not tied or self.stopped is None):
-                self.written[module] = _written(twin, writes)
-                (self.retied if tied else self.replay_set).add(module)
-            if tied or not same:  # changed by the user: kept, but the stream advances past it
+        if not (tied or self.stopped is None) or reset_of(module) is None:
+            return None
+        writes = Writes()
+        twin = scratch_init(module, writes)
+        mine = [
+            (a, b)
+            for a, b in zip(own_tensors(twin), tensors, strict=True)
+            if id(b) not in self.owned and not a.is_meta and not b.is_meta
+        ]
+        return _Trial(twin, writes, all(torch.equal(a, b) for a, b in mine), tied)
+
+    def walk(
+        self,
+        order: list[tuple[str, nn.Module]],
+        first: int,
+        lazy: set[nn.Module],
+        end: torch.Tensor,
+    ) -> tuple[tuple[str, nn.Module], ...] | None:
+        """The modules in construction order, for the build, where it is not registration
+        order (else None): the eager layers from ``order[first]`` on as the replay found
+        them, each lazy layer (by construction number) before the first of them that drew
+        from the state recorded at its construction (after them all if it is the stream's
+        ``end``); a module that neither draws nor is lazy stays after the module registered
+        before it. None too where a lazy layer's place is unknown (its state is none of
+        these: something the replay cannot see drew), as registration order is then the
+        best guess."""
+        lazies = sorted(
+            ((p, m) for p, m in order[first:] if m in lazy and find_state(m) is not None),
+            key=lambda entry: find_state(entry[1]).birth,  # type: ignore[union-attr]
+        )
+        events: list[tuple[str, nn.Module]] = []
+        at = 0
+        for entry in lazies:
+            rng = find_state(entry[1]).rng  # type: ignore[union-attr]
+            if rng is None:
+                return None
+            found = next(
+                (i for i in range(at, len(self.sequence)) if torch.equal(self.sequence[i][1], rng)),
+                None,
+            )
+            if found is None and not torch.equal(rng, end):
+                return None
+            found = len(self.sequence) if found is None else found
+            events += [done for done, _ in self.sequence[at:found]] + [entry]
+            at = found
+        events += [done for done, _ in self.sequence[at:]]
+        rank = {id(m): i for i, (_, m) in enumerate(events)}
+        key, keys = -1.0, []
+        for _, module in order[first:]:
+            key = float(rank[id(module)]) if id(module) in rank else key + 1e-6
+            keys.append(key)
+        pairs = sorted(zip(keys, range(len(keys)), strict=True))
+        moved = [order[first + index] for _, index in pairs]
+        if moved == order[first:]:
+            return None
+        return (*order[:first], *moved)
+
+    def take(self, entry: tuple[str, nn.Module], trial: _Trial | None) -> None:
+        """Note what the build does with ``entry``'s module, replayed as ``trial``."""
+        path, module = entry
+        tensors = own_tensors(module)
+        if trial is not None:
+            if trial.same and (not trial.tied or self.stopped is None):
+                self.written[module] = _written(trial.twin, trial.writes)
+                (self.retied if trial.tied else self.replay_set).add(module)
+            if trial.tied or not trial.same:  # changed by the user: kept, the stream advances
                 self.tied.add(module)
-            if not same:
+            if not trial.same:
                 self.notes.append(
                     f"kept the values of '{path}': they were changed after construction, so "
                     "it was not re-initialized in construction order"
                 )
-        elif not tied and self.stopped is None:
+        elif not any(id(t) in self.owned for t in tensors) and self.stopped is None:
             self.stopped = path
         self.owned.update(id(t) for t in tensors)
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """A layer's initializer run on a scratch copy (``twin``, what it wrote: ``writes``):
+    whether it gives the layer's values (``same``), and whether the layer is tied to one
+    before it (``tied``)."""
+
+    twin: nn.Module
+    writes: Writes
+    same: bool
+    tied: bool
 
 
 def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
