@@ -698,6 +698,12 @@ VIEWS = {
     "--depth 2 --expand": (["--depth", "2", "--expand"], {}, {"depth": 2, "expand": True}),
     "--format markdown": (["--format", "markdown"], {}, {"format": "markdown"}),
     "--format json": (["--format", "json"], {}, {"format": "json"}),
+    "--format dot": (["--format", "dot"], {}, {"format": "dot"}),
+    "--format dot --depth 1 --expand": (
+        ["--format", "dot", "--depth", "1", "--expand"],
+        {},
+        {"format": "dot", "depth": 1, "expand": True},
+    ),
     "--width 40": (["--width", "40"], {}, {"width": 40}),
     "--width 0 (no limit)": (["--width", "0"], {}, {"width": None}),
     "--eval": (["--eval"], {"mode": "eval"}, {}),
@@ -842,7 +848,10 @@ def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--depth", "--expand", "--format", "--width", "--eval", "--training", "--optimizer"]
     flags += ["--traceback"]
     assert all(flag in out for flag in flags)
-    assert "implies --training" in " ".join(out.split())
+    words = " ".join(out.split())
+    assert "implies --training" in words
+    assert "{table,markdown,json,dot,svg,png}" in words
+    assert "Graphviz's dot program, which must be installed: apt install graphviz" in words
 
 
 # --- one line for any input: huge dimensions, dtype names, factory arguments -------------------
@@ -1066,6 +1075,7 @@ VIEW_REFUSALS = {
     "--depth with json": (["--format", "json", "--depth", "1"], ["--depth with --format json"]),
     "--width with json": (["--format", "json", "--width", "60"], ["--width with --format json"]),
     "--width with markdown": (["--format", "markdown", "--width", "60"], ["markdown is not cut"]),
+    "--width with dot": (["--format", "dot", "--width", "60"], ["dot is not cut"]),
 }
 
 

@@ -1,7 +1,8 @@
 """lazynn.summary(): the table of a model's layers, shapes and parameter counts, computed on meta.
 
-Golden files keep the rendering of a few small models (tests/golden/<name>.txt, models in
-tests/golden_models.py). After an intended change of the rendering, regenerate them with
+Golden files keep the renderings of a few small models (tests/golden/<name>.txt, .md, .json
+and .dot, models in tests/golden_models.py). After an intended change of the rendering,
+regenerate them with
 
     LAZYNN_REGEN_GOLDEN=1 python -m pytest tests/summary/test_summary.py -k golden
 
@@ -194,12 +195,14 @@ KEPT_TIED = pytest.mark.filterwarnings("ignore:lazynn.build kept the values:User
 # --- golden files ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json", "dot"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str, fmt: str) -> None:
     case = CASES[name]
     text = lazynn.summary(case.factory(), *case.examples).render(format=fmt)
-    path = GOLDEN / f"{name}.{ {'table': 'txt', 'markdown': 'md', 'json': 'json'}[fmt] }"
+    path = (
+        GOLDEN / f"{name}.{ {'table': 'txt', 'markdown': 'md', 'json': 'json', 'dot': 'dot'}[fmt] }"
+    )
     if REGEN:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text + "\n")

@@ -1,4 +1,5 @@
-"""The command line: ``lazynn summary TARGET --input 1x3x224x224`` (or ``python -m lazynn``).
+"""The command line: ``lazynn summary TARGET --input 1x3x224x224`` (or ``python -m lazynn``;
+the word ``summary`` may be left out: ``lazynn TARGET --input ...``).
 
 ``TARGET`` names a model factory: ``FILE.py:NAME`` (a function or class in a Python file) or
 ``package.module:NAME`` (in an importable module), optionally with literal arguments in
@@ -6,13 +7,18 @@ Python call syntax, ``FILE.py:NAME(2, width=64)``. The factory is called on the 
 so even a 70B-parameter model costs no memory; the summary is computed on meta too. Errors
 print one line (what, where, the fix, naming this command's flags; ``fixes.py``) and exit with
 status 2, no traceback (``--traceback`` prints it before the line). What the user's code
-prints goes to stderr: stdout holds the summary alone.
+prints goes to stderr: stdout holds the summary alone (``--format svg`` and ``png``: the
+picture ``dot`` draws of it, ``images.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import itertools
+import re
+import shlex
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -24,16 +30,22 @@ import torch
 
 from .._errors import LazynnError, first_line
 from .._summary.memory import optimizer_class, supported_optimizers
+from .._summary.render import FORMATS
 from .._summary.summary import summary
 from .fixes import cli_line, one_line, user_line
+from .images import IMAGES, check_image, draw
 from .shapes import check_bytes, model_dtype, parse_input
 from .targets import CommandError, construct, load_factory, parse_target
 
 __all__ = ["console", "main"]
 
 _USAGE_EXAMPLE = "lazynn summary examples/models.py:resnet50 --input 1x3x224x224"
-#: --format's choices
-_FORMATS = ("table", "markdown", "json")
+#: --format's choices: the summary's renderings, and the images dot draws of its graph
+_FORMATS = (*FORMATS, *IMAGES)
+#: the commands; the first is the one a command line without one runs
+_COMMANDS = ("summary",)
+#: lazynn's own options (before a command), which a command line without one keeps
+_OWN_OPTIONS = ("-h", "--help", "--version")
 
 
 def _version() -> str:
@@ -48,19 +60,27 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments, with their help texts."""
     parser = argparse.ArgumentParser(
-        prog="lazynn" if Path(sys.argv[0]).stem == "lazynn" else "python -m lazynn",
-        description="Shape-inferring (lazy) layers for PyTorch.",
+        prog=_prog(),
+        usage="%(prog)s [-h] [--version] [summary] TARGET --input SHAPE [options]",
+        description="Shape-inferring (lazy) layers for PyTorch. The one command, summary, "
+        "may be left out: '%(prog)s nets.py:Net --input 2x3x32x32' is '%(prog)s summary "
+        "nets.py:Net --input 2x3x32x32' (see '%(prog)s summary --help' for its options).",
         epilog=f"example: {_USAGE_EXAMPLE}",
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmd = commands.add_parser(
         "summary",
+        prog=f"{parser.prog} summary",
         help="print a model's layers, shapes and parameter counts, computed on meta",
         description="Print the summary table of a model built from example input shapes.\n"
         "Nothing is allocated: the model is constructed and run on the meta device.",
         epilog="examples:\n"
         "  lazynn summary examples/models.py:resnet50 --input 1x3x224x224\n"
+        "  lazynn examples/models.py:resnet50 --input 1x3x224x224   (the same: summary is "
+        "the default)\n"
+        "  lazynn summary examples/models.py:resnet50 --input 1x3x224x224 --format svg "
+        "> resnet50.svg\n"
         "  lazynn summary 'examples/models.py:lazy_llama(2, 64, 4, 128, 1000)' "
         "--input 1x16:long\n"
         "  lazynn summary examples.models:gpt2_medium --input 1x1024:long\n"
@@ -120,9 +140,12 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         choices=_FORMATS,
         default="table",
-        help="table (text, the default), markdown, or json (for scripts: every module, "
+        help="table (text, the default), markdown, json (for scripts: every module, "
         "each block and every depth, with every figure; --depth and --width are for the "
-        "tables)",
+        "tables), dot (the modules as a Graphviz graph, the shapes on its edges; --depth "
+        "and --expand choose its boxes as the table's rows), or svg or png (that graph "
+        "drawn by Graphviz's dot program, which must be installed: apt install graphviz, "
+        "brew install graphviz; png to a file: > model.png)",
     )
     view.add_argument(
         "--width",
@@ -174,8 +197,50 @@ def _count(least: int) -> Callable[[str], int]:
 # --- the command --------------------------------------------------------------------------
 
 
+def _prog() -> str:
+    """The command's name, as the user typed it."""
+    return "lazynn" if Path(sys.argv[0]).stem == "lazynn" else "python -m lazynn"
+
+
+def _with_command(argv: list[str]) -> list[str]:
+    """``argv`` with its command: ``summary`` put first when left out (``lazynn nets.py:Net
+    --input 2x3`` is ``lazynn summary nets.py:Net --input 2x3``), unless the first word is
+    lazynn's own option (``--help``, ``--version``, or a prefix argparse takes for one).
+    A first word that looks like a mistyped command (a near miss of one, or a word followed
+    by a target) is refused with the command to type."""
+    if not argv:
+        return [_COMMANDS[0]]  # (argparse then names what the command needs)
+    first = argv[0]
+    prefix = first.startswith("--") and len(first) > 2  # (argparse takes --vers for --version)
+    if first in (*_COMMANDS, *_OWN_OPTIONS) or (
+        prefix and any(own.startswith(first) for own in _OWN_OPTIONS)
+    ):
+        return argv
+    if not first.startswith("-") and ":" not in first and re.fullmatch(r"[A-Za-z_-]+", first):
+        near = difflib.get_close_matches(first, _COMMANDS, n=1)
+        target = next(
+            (
+                word
+                for before, word in itertools.pairwise(argv)
+                if ":" in word and not word.startswith("-") and not before.startswith("-")
+            ),
+            None,
+        )
+        if near or target is not None:
+            command = f"{_prog()} {shlex.join([near[0] if near else _COMMANDS[0], *argv[1:]])}"
+            followed = f", followed by the target {target!r}" if target is not None else ""
+            raise CommandError(
+                f"{first!r} is not a command: expected {' or '.join(_COMMANDS)} (which may be "
+                f"left out) or a target (FILE.py:NAME, MODULE:NAME) first, received "
+                f"{first!r}{followed}.",
+                f"run {command}",
+            )
+    return [_COMMANDS[0], *argv]
+
+
 def _check_view(args: argparse.Namespace) -> None:
-    """Refuse view flags the chosen format has no use for (rather than ignore them)."""
+    """Refuse view flags the chosen format has no use for (rather than ignore them), and an
+    image format that cannot be drawn here."""
     if args.format == "json" and args.depth is not None:
         raise CommandError(
             "--depth with --format json: the JSON lists every module, at every depth (each "
@@ -188,6 +253,7 @@ def _check_view(args: argparse.Namespace) -> None:
             f"{args.format} is not cut.",
             "drop --width, or use --format table",
         )
+    check_image(args.format)
 
 
 def _check_optimizer(name: str | None) -> None:
@@ -199,9 +265,10 @@ def _check_optimizer(name: str | None) -> None:
             raise cli_line(error, ()) from error
 
 
-def _summary(args: argparse.Namespace) -> str:
-    """The ``summary`` command: what it prints. The user's code (their file, factory and
-    forward) prints to stderr, so that stdout holds the summary alone (valid JSON)."""
+def _summary(args: argparse.Namespace) -> str | bytes:
+    """The ``summary`` command: what it prints (an image's bytes for ``png``). The user's
+    code (their file, factory and forward) prints to stderr, so that stdout holds the summary
+    alone (valid JSON)."""
     inputs = [parse_input(text) for text in args.input]
     target = parse_target(args.target)
     dtype = model_dtype(args.dtype)
@@ -230,19 +297,39 @@ def _summary(args: argparse.Namespace) -> str:
         raise CommandError(f"{type(error).__name__}: {first_line(error)}") from error
     finally:
         torch.set_default_dtype(previous)
-    return result.render(
-        format=args.format,
+    text = result.render(
+        format="dot" if args.format in IMAGES else args.format,
         depth=args.depth,
         expand=args.expand,
         width=100 if args.width is None else args.width or None,
     )
+    if args.format == "svg":
+        return draw(text, "svg").decode().rstrip("\n")
+    if args.format in IMAGES:
+        return draw(text, args.format)
+    return text
+
+
+def _print(output: str | bytes) -> None:
+    """Write the summary to stdout: text with a line's end, an image's bytes as they are."""
+    if isinstance(output, str):
+        print(output)
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(output)
+    sys.stdout.buffer.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0, or 2 on an error)."""
-    args = _parser().parse_args(argv)
     try:
-        print(_summary(args))
+        words = _with_command(list(sys.argv[1:] if argv is None else argv))
+    except CommandError as error:
+        print(f"lazynn: error: {one_line(error)}", file=sys.stderr)
+        return 2
+    args = _parser().parse_args(words)
+    try:
+        _print(_summary(args))
     except (CommandError, LazynnError) as error:
         if args.traceback:  # the original exception and what lazynn made of it
             traceback.print_exception(error)

@@ -1,9 +1,11 @@
-"""The summary's renderings: the text table, markdown and JSON of a :class:`Report`.
+"""The summary's renderings: the text table, markdown, JSON and DOT (a picture, ``graph.py``)
+of a :class:`Report`.
 
 The table fits a screen by default: identical consecutive blocks (a transformer's 24 blocks, a
 ResNet stage's bottlenecks) collapse into one row with a count, ``blocks.1-23 (Block) x23``,
 and the depth is the deepest that fits in :data:`SCREEN_ROWS` rows (``depth=`` to choose,
 ``expand=True`` to list every block). A row whose submodules are hidden shows their totals.
+The DOT graph shows the same rows, as boxes.
 
 >>> import torch, lazynn
 >>> net = torch.nn.Sequential(lazynn.LazyLinear(8), torch.nn.ReLU(), lazynn.LazyLinear(2))
@@ -22,9 +24,10 @@ from typing import Any
 import torch
 
 from .._module.tensors import byte_size
+from .graph import Box, dot
 from .report import Report, Shape, SummaryRow, dtype_name
 
-__all__ = ["COLUMNS", "SCREEN_ROWS", "render"]
+__all__ = ["COLUMNS", "FORMATS", "SCREEN_ROWS", "render"]
 
 #: the table's rows at most, by default: the depth shown is the deepest that fits
 SCREEN_ROWS = 40
@@ -40,6 +43,8 @@ COLUMNS = {
     "calls": "Calls",
 }
 _DEFAULT_COLUMNS = ("input", "output", "params", "flops")
+#: the formats :func:`render` writes
+FORMATS = ("table", "markdown", "json", "dot")
 _RIGHT = {"params", "param_bytes", "buffer_bytes", "flops", "calls"}
 
 
@@ -51,12 +56,20 @@ def render(
     width: int | None = 100,
     columns: Sequence[str] | None = None,
 ) -> str:
-    """``report`` as ``format``: ``"table"`` (text), ``"markdown"`` or ``"json"`` (see
-    :meth:`lazynn.Summary.render` for the arguments)."""
+    """``report`` as ``format``: ``"table"`` (text), ``"markdown"``, ``"json"`` or ``"dot"``
+    (see :meth:`lazynn.Summary.render` for the arguments)."""
     if format == "json":
         return json.dumps(report.to_dict(), indent=2)
-    if format not in ("table", "markdown"):
-        raise ValueError(f"format: expected 'table', 'markdown' or 'json', received {format!r}")
+    if format not in FORMATS:
+        image = (
+            f" (an image: Graphviz draws format='dot', dot -T{format}; or graphviz.Source(text) "
+            f"in a notebook; the command line's --format {format} runs dot)"
+            if format in ("svg", "png", "pdf")
+            else ""
+        )
+        raise ValueError(
+            f"format: expected 'table', 'markdown', 'json' or 'dot', received {format!r}{image}"
+        )
     chosen = tuple(columns) if columns is not None else _DEFAULT_COLUMNS
     unknown = [c for c in chosen if c not in COLUMNS]
     if unknown:
@@ -72,6 +85,8 @@ def render(
     shown = _visible(tree, depth)
     if format == "markdown":
         return _markdown(report, shown, chosen)
+    if format == "dot":
+        return _dot(report, tree, shown, chosen)
     return _table(report, shown, chosen, width, depth, deepest)
 
 
@@ -361,3 +376,49 @@ def _markdown(summary: Report, shown: list[tuple[_Node, bool, int]], columns: Se
     lines += ["", *(f"- {t.strip()}" for t in _totals(summary))]
     lines += [f"- {row.note}" for row in summary.rows if row.note]
     return "\n".join(lines)
+
+
+def _dot(
+    summary: Report, root: _Node, shown: list[tuple[_Node, bool, int]], columns: Sequence[str]
+) -> str:
+    """The rows shown as a DOT graph: a box per row (a row with rows shown under it frames
+    them), its label the table's, its figures those of ``columns`` but the shapes, which are
+    on the edges."""
+    hidden = {id(node): is_hidden for node, is_hidden, _ in shown}
+    figures = [c for c in columns if c not in ("input", "output")]
+
+    def box(node: _Node) -> Box:
+        cells = _cells(node, hidden[id(node)], figures)
+        said = ", ".join(f"{COLUMNS[c]}: {v}" for c, v in cells.items() if v not in ("--", ""))
+        label = _label(node, True)[2 * node.row.depth :]  # (its name as the table's, unindented)
+        inside = () if hidden[id(node)] else tuple(box(child) for child in node.children)
+        inputs, outputs = _ends(node)
+        ran = any(n.row.calls for n in _walk(node))
+        tied = [f"* {name} is {owner}, counted there" for name, owner in node.row.tied]
+        return Box(
+            label="\n".join([label, *([said] if said else []), *tied]),
+            path=node.path(),
+            inputs=_shape(inputs),
+            outputs=_shape(outputs),
+            on_path=node.row.calls == 1 or (not node.row.calls and ran),
+            ran=ran,
+            lazy=node.row.lazy_type not in (None, node.row.type),
+            children=inside,
+        )
+
+    total = f"{summary.total_parameters:,} params, {_si(summary.total_flops)} FLOPs"
+    per_sample = f", per sample: {summary.batch}=1" if summary.batch else ""
+    title = f"{summary.model_type}: {total} ({summary.mode} mode{per_sample})"
+    inputs, outputs = _shape(summary.inputs), _shape(summary.outputs)
+    return dot(summary.model_type, title, inputs, outputs, box(root))
+
+
+def _ends(node: _Node) -> tuple[tuple[Shape, ...], tuple[Shape, ...]]:
+    """The shapes a row receives and gives; for a container never called itself (a
+    ModuleList), those of the first and the last of its modules that ran (called in turn)."""
+    if node.row.calls or not node.children:
+        return node.row.inputs, node.row.outputs
+    ran = [child for child in node.children if any(n.row.calls for n in _walk(child))]
+    if not ran:
+        return (), ()
+    return _ends(ran[0])[0], _ends(ran[-1])[1]

@@ -63,7 +63,10 @@ class Summary(Report):
         width: int | None = 100,
         columns: Sequence[str] | None = None,
     ) -> str:
-        """The summary as ``format``: ``"table"`` (text), ``"markdown"`` or ``"json"``.
+        """The summary as ``format``: ``"table"`` (text), ``"markdown"``, ``"json"``, or
+        ``"dot"``: a picture's source, the rows as boxes of a Graphviz graph (a row with rows
+        under it is a frame around them) joined in the model's order by edges labelled with
+        the shapes (``dot -Tsvg`` draws it; ``graphviz.Source(text)`` in a notebook).
 
         Args:
             depth: the deepest module level shown (0: the model alone); default: the
@@ -73,7 +76,15 @@ class Summary(Report):
                 each column keeping 12 characters) can bring it; None: no limit.
             columns: which of ``input``, ``output``, ``params``, ``param_shapes``,
                 ``param_bytes``, ``buffer_bytes``, ``flops``, ``calls`` to show, in order.
-                Default: ``input``, ``output``, ``params``, ``flops``.
+                Default: ``input``, ``output``, ``params``, ``flops``. In the DOT graph,
+                the figures in each box (the shapes are on the edges).
+
+        >>> import lazynn
+        >>> from torch import nn
+        >>> graph = lazynn.summary(nn.Sequential(lazynn.LazyLinear(8)), (4, 16)).render("dot")
+        >>> print(*[line for line in graph.splitlines() if '" -> "' in line], sep="\\n")
+          "input" -> "n1" [label="[4, 16]"];
+          "n1" -> "output" [label="[4, 8]"];
         """
         return render(self, format, depth, expand, width, columns)
 
