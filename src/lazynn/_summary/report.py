@@ -102,8 +102,8 @@ class SummaryRow:
         return self.parameter_bytes + self.buffer_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as JSON-ready values: one key per field, named as the field (see
-        :func:`as_json`)."""
+        """The row as JSON-ready values: one key per field, named as the field (tuples as
+        lists, dtypes as names, ``parameters`` and ``tied`` as objects)."""
         return as_json(self)
 
 
@@ -137,8 +137,9 @@ class Report:
         return self.total_parameters - self.trainable_parameters
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything, as JSON-ready values, one key per field, named as the field (see
-        :func:`as_json`): ``json.dumps(summary.to_dict())`` works."""
+        """Everything, as JSON-ready values, one key per field, named as the field (tuples as
+        lists, dtypes as names, each row its ``to_dict()``): ``json.dumps(summary.to_dict())``
+        works, and is ``render(format="json")``."""
         return as_json(self)
 
 

@@ -129,7 +129,7 @@ def summary(
             mode every module runs the examples in (the model's own modes are kept).
         training: add an estimate of a training step's memory (``Summary.memory``):
             parameters, gradients, ``optimizer``'s state and the activations autograd saves,
-            counted on meta (see :func:`lazynn._summary.memory.training_memory`).
+            counted on meta (docs/summary.md, Training memory).
         optimizer: a ``torch.optim`` class or its name (``"adamw"``, ``"sgd"``...), for
             ``training``.
 
