@@ -39,7 +39,6 @@ import itertools
 import re
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +202,12 @@ def _string(statement: ast.stmt) -> str | None:
 # --- the cross-references -----------------------------------------------------------------------
 
 
-def _references(docstring: str, package: str) -> Iterator[str]:
-    """The roles of ``docstring``, and its code spans naming something of ``package``
-    (``lazynn.build``, ``lazynn.Summary.render()``)."""
-    for match in ROLE.finditer(docstring):
-        yield match[1]
-    for match in re.finditer(rf"``?({package}(?:\.\w+)+)(?:\(\))?``?", docstring):
-        yield match[1]
+def _references(docstring: str, package: str) -> list[str]:
+    """The targets of the roles of ``docstring``, and of its code spans naming something of
+    ``package`` (``lazynn.build``, ``lazynn.Summary.render()``), each once."""
+    roles = [match[1] for match in ROLE.finditer(docstring)]
+    named = re.findall(rf"``?({package}(?:\.\w+)+)(?:\(\))?``?", docstring)
+    return list(dict.fromkeys([*roles, *named]))
 
 
 def _resolve(
