@@ -1,11 +1,39 @@
 """lazynn: shape-inferring ("lazy") layers for PyTorch that become plain torch.nn.
 
+A lazy layer is constructed without the sizes its input decides (``LazyLinear(10)`` has no
+``in_features``); its first call, a loaded checkpoint or ``lazynn.build`` makes it exactly
+the torch.nn layer it stands for, with the numbers that layer draws under the same seed.
+
 >>> import torch, lazynn
 >>> model = torch.nn.Sequential(lazynn.LazyConv2d(8, 3), torch.nn.Flatten(), lazynn.LazyLinear(10))
 >>> model(torch.randn(2, 3, 16, 16)).shape
 torch.Size([2, 10])
 >>> type(model[2]).__name__, model[2].in_features
 ('Linear', 1568)
+
+What is here, by what it is for:
+
+- **Building**: ``lazynn.build`` (a model, or its factory, built for example inputs, on any
+  device, meta included), ``lazynn.materialize`` (a model built on meta, allocated),
+  ``lazynn.Spec`` (an example input by shape and dtype), ``lazynn.on_build`` (work that waits
+  for the build; ``lazynn.OnBuildHandle``), ``lazynn.is_lazy``.
+- **The summary**: ``lazynn.summary`` (layers, shapes, parameters, FLOPs and a training
+  step's memory, computed on meta), ``lazynn.Summary`` and ``lazynn.SummaryRow`` (its data).
+- **Layers**: the lazy layers of torch.nn (``lazynn.LazyLinear``, ``lazynn.LazyConv2d``...)
+  and of the layers torch has no lazy version of (``lazynn.LazyLayerNorm``,
+  ``lazynn.LazyMultiheadAttention``, ``lazynn.LazyGRU``...); rank-agnostic ones, whose 1d, 2d
+  or 3d class the first input's rank chooses (``lazynn.Conv``, ``lazynn.BatchNorm``,
+  ``lazynn.MaxPool``...).
+- **Your own layers**: ``lazynn.lazy`` (any module class made lazy in one line, each size
+  read where a ``lazynn.Infer`` says), ``lazynn.LazyModuleMixin`` (a lazy layer written by
+  hand, with ``lazynn.UninitializedParameter`` and ``lazynn.UninitializedBuffer``),
+  ``lazynn.UNKNOWN`` (a size before the build).
+- **Errors**: ``lazynn.LazynnError`` and its family (``lazynn.InferenceError``,
+  ``lazynn.UnbuiltError``, ``lazynn.CheckpointError``, ``lazynn.NeedsValuesError``), and
+  ``lazynn.AmbiguousInputWarning``.
+
+The guides are the README and docs/ of the repository: porting a model, when to build,
+custom layers, the summary and the design.
 """
 
 from importlib.metadata import PackageNotFoundError as _NotInstalled
@@ -77,6 +105,13 @@ try:
     __version__ = _version("lazynn")
 except _NotInstalled:  # a source tree on sys.path, not installed: no metadata to read
     __version__ = "0+unknown"
+"""The installed distribution's version (``"0+unknown"`` for a source tree that is not
+installed).
+
+>>> import importlib.metadata, lazynn
+>>> lazynn.__version__ == importlib.metadata.version("lazynn")
+True
+"""
 
 __all__ = [
     "UNKNOWN",

@@ -162,8 +162,19 @@ class Parts:
 
 
 class LazynnError(Exception):
-    """Base class of every error lazynn raises. ``parts``: its message in parts (see
-    :class:`Parts`), or None for a message given as plain text."""
+    """Base class of every error lazynn raises. ``parts``: its message in parts (``where``,
+    ``expected``, ``received``, ``fix``, and torch's words underneath as ``detail``), or None
+    for a message given as plain text.
+
+    >>> import torch, lazynn
+    >>> try:
+    ...     lazynn.LazyLinear(4)(torch.tensor(1.0))  # a 0-d input: no last dimension to read
+    ... except lazynn.LazynnError as error:
+    ...     print(error.parts.where, "|", error.parts.expected)
+    LazyLinear | an input of rank >= 1 to infer in_features
+    >>> lazynn.LazynnError("plain text").parts is None
+    True
+    """
 
     parts: Parts | None
 
@@ -179,6 +190,14 @@ class InferenceError(LazynnError, ValueError, RuntimeError):
     Subclasses both ``ValueError`` and ``RuntimeError``: for the same bad first input torch
     raises one or the other (a batch of one for BatchNorm, a kernel larger than the input),
     so code written against torch keeps working.
+
+    >>> import torch, lazynn
+    >>> layer = lazynn.LazyConv2d(4, kernel_size=3)
+    >>> try:
+    ...     layer(torch.randn(2, 3, 2, 2))  # smaller than the kernel
+    ... except ValueError as error:
+    ...     print(type(error).__name__, isinstance(error, RuntimeError), lazynn.is_lazy(layer))
+    InferenceError True True
     """
 
 
@@ -188,6 +207,14 @@ class UnbuiltError(LazynnError, RuntimeError, ValueError):
     Subclasses both ``RuntimeError`` and ``ValueError``: torch raises one or the other for the
     same misuse of its own lazy placeholders, so code written against torch keeps working.
     ``placeholder``: the placeholder asked, when one was.
+
+    >>> import lazynn
+    >>> layer = lazynn.LazyLinear(4)
+    >>> try:
+    ...     layer.weight.sum()
+    ... except RuntimeError as error:
+    ...     print(type(error).__name__, "|", str(error).split(":")[0])
+    UnbuiltError | the 'weight' of LazyLinear
     """
 
     placeholder: Any = None
@@ -195,7 +222,24 @@ class UnbuiltError(LazynnError, RuntimeError, ValueError):
 
 class NeedsValuesError(InferenceError):
     """A forward whose shapes depend on values (``torch.nonzero``), which a run on meta
-    tensors cannot follow: build it with a real call instead."""
+    tensors cannot follow: build it with a real call instead.
+
+    >>> import torch, lazynn
+    >>> from torch import nn
+    >>> class Positives(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.fc = lazynn.LazyLinear(2)
+    ...     def forward(self, x):
+    ...         return self.fc(x[x > 0])  # its size: how many values are positive
+    >>> try:
+    ...     lazynn.build(Positives(), (4,))
+    ... except lazynn.NeedsValuesError as error:
+    ...     print(str(error).split(":")[0])
+    Positives (root)
+    >>> Positives()(torch.ones(4)).shape  # a real call builds it
+    torch.Size([2])
+    """
 
 
 class AmbiguousInputWarning(UserWarning):
@@ -203,11 +247,29 @@ class AmbiguousInputWarning(UserWarning):
     unbatched input (a forgotten batch or channel dimension), or a channel count that looks
     like a spatial size (channels-last images). The layer is built as torch reads the input;
     the warning says how to give the other reading. Silence it where the reading is meant:
-    ``warnings.filterwarnings("ignore", category=lazynn.AmbiguousInputWarning)``."""
+    ``warnings.filterwarnings("ignore", category=lazynn.AmbiguousInputWarning)``.
+
+    >>> import warnings, torch, lazynn
+    >>> conv = lazynn.LazyConv2d(8, 3)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = conv(torch.randn(3, 32, 32))  # one (C, H, W) image, or 3 one-channel ones?
+    >>> caught[0].category.__name__, conv.in_channels
+    ('AmbiguousInputWarning', 3)
+    """
 
 
 class CheckpointError(LazynnError, RuntimeError):
-    """A checkpoint whose sizes contradict what a lazy module already knows."""
+    """A checkpoint whose sizes contradict what a lazy module already knows.
+
+    >>> import lazynn
+    >>> from torch import nn
+    >>> try:
+    ...     lazynn.LazyLinear(4).load_state_dict(nn.Linear(3, 5).state_dict())  # 5 outputs, not 4
+    ... except lazynn.CheckpointError as error:
+    ...     print(str(error).split(" Fix: ")[1].split(";")[0])
+    construct the layer with the arguments the checkpoint was saved with
+    """
 
 
 def shape_str(shape: Sequence[int]) -> str:

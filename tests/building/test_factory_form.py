@@ -75,6 +75,41 @@ def test_any_factory_gives_the_eager_model_and_leaves_the_stream_where_eager_doe
     assert torch.equal(model(X), eager(X))
 
 
+class _TiedLM(nn.Module):
+    """An output layer tied to the embedding, as GPT-2's ``lm_head`` to ``wte``."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(11, 6)
+        self.body = lazynn.LazyLinear(6) if lazy else nn.Linear(6, 6)
+        self.lm_head = nn.Linear(6, 11, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.body(self.wte(tokens)))
+
+
+def test_an_assign_load_unties_a_tied_weight_as_torchs_does_and_tying_again_holds() -> None:
+    """docs/porting.md, Checkpoints: ``assign=True`` puts each key's tensor in its place, so
+    two modules that shared one parameter hold two after it, in lazynn as in torch."""
+    tokens = lazynn.Spec((2, 3), torch.long)
+    checkpoint = lazynn.build(functools.partial(_TiedLM, lazy=True), tokens).state_dict()
+    model = lazynn.build(functools.partial(_TiedLM, lazy=True), tokens, device="meta")
+    assert model.lm_head.weight is model.wte.weight
+    model.load_state_dict(checkpoint, assign=True)
+    with torch.device("meta"):
+        eager = _TiedLM(lazy=False)
+    eager.load_state_dict(checkpoint, assign=True)
+    for loaded in (model, eager):
+        assert loaded.lm_head.weight is not loaded.wte.weight  # untied: 4 parameters, not 3
+        assert len(list(loaded.parameters())) == 4
+    model.lm_head.weight = model.wte.weight  # the line docs/porting.md shows
+    lazynn.materialize(model, "cpu")
+    assert model.lm_head.weight is model.wte.weight
+    assert len(list(model.parameters())) == 3
+    assert torch.equal(model.wte.weight, checkpoint["wte.weight"])
+
+
 def test_the_first_run_draws_nothing_even_where_init_code_draws_on_the_cpu() -> None:
     drawn: list[torch.Tensor] = []
 

@@ -759,12 +759,12 @@ def test_json_has_the_run(capsys: pytest.CaptureFixture[str], nets: Path) -> Non
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == "eval"
     assert data["batch"] == "B"
-    assert data["total_params"] == (5 * 8 + 8) + 3 * (8 * 8 + 8)
+    assert data["total_parameters"] == (5 * 8 + 8) + 3 * (8 * 8 + 8)
     assert data["memory"]["optimizer"] == "SGD"
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == "train"
-    assert "memory" not in data  # no estimate unless --training or --optimizer
+    assert data["memory"] is None  # no estimate unless --training or --optimizer
 
 
 #: --input -> the summary's first line, or the fragments of its one-line error (docs/summary.md:
@@ -1063,7 +1063,7 @@ def test_the_users_prints_go_to_stderr(
     assert main(["summary", f"{chatty}:make", "--input", "2x5", "--format", form]) == 0
     out, err = capsys.readouterr()
     if form == "json":
-        assert json.loads(out)["total_params"] == 18
+        assert json.loads(out)["total_parameters"] == 18
     else:
         assert out.splitlines()[0] == "Chatty: input [2, 5] -> output [2, 3]"
     for printed in ["the file prints at import", "the factory prints", "the forward prints"]:

@@ -276,7 +276,7 @@ def test_rows_equal_built_modules(name: str) -> None:
         assert row.parameters == tuple((n, tuple(p.shape)) for n, p in own.items()), row.path
         counted = [p for p in own.values() if id(p) not in seen]
         assert row.num_parameters == sum(p.numel() for p in counted), row.path
-        assert row.trainable == sum(p.numel() for p in counted if p.requires_grad)
+        assert row.trainable_parameters == sum(p.numel() for p in counted if p.requires_grad)
         tensors = [*own.values(), *module.buffers(recurse=False)]
         fresh = [t for t in tensors if id(t) not in seen]  # a tied tensor counts where first seen
         seen.update(id(t) for t in tensors)
@@ -304,9 +304,9 @@ def test_tied_weights_counted_once() -> None:
 def test_frozen_layers_are_non_trainable() -> None:
     s = lazynn.summary(frozen_mixed(), (3, 7))
     rows = {r.path: r for r in s.rows}
-    assert (rows["0"].num_parameters, rows["0"].trainable) == (6 * 7 + 6, 0)
-    assert (rows["2"].num_parameters, rows["2"].trainable) == (5 * 6 + 5, 35)
-    assert (rows["3"].num_parameters, rows["3"].trainable) == (4 * 5 + 4, 0)
+    assert (rows["0"].num_parameters, rows["0"].trainable_parameters) == (6 * 7 + 6, 0)
+    assert (rows["2"].num_parameters, rows["2"].trainable_parameters) == (5 * 6 + 5, 35)
+    assert (rows["3"].num_parameters, rows["3"].trainable_parameters) == (4 * 5 + 4, 0)
     assert rows["4"].lazy_type == "LazyBatchNorm1d"
     assert rows["4"].type == "BatchNorm1d"
     assert s.non_trainable_parameters == 48 + 24
@@ -439,7 +439,7 @@ def test_row_data_of_lazy_cnn() -> None:
     assert conv.inputs == (((2, 3, 8, 8), f32),)
     assert conv.outputs == (((2, 8, 8, 8), f32),)
     assert conv.parameters == (("weight", (8, 3, 3, 3)), ("bias", (8,)))
-    assert (conv.num_parameters, conv.trainable, conv.nbytes) == (224, 224, 896)
+    assert (conv.num_parameters, conv.trainable_parameters, conv.nbytes) == (224, 224, 896)
     assert s.rows[6].outputs == (((2, 128), f32),)
     assert (s.rows[6].parameters, s.rows[6].num_parameters, s.rows[6].nbytes) == ((), 0, 0)
     assert s.inputs == (((2, 3, 8, 8), f32),)

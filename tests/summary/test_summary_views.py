@@ -8,7 +8,9 @@ on the full-size examples built on meta; call counts against forward hooks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import lazynn
-from golden_models import Blocks, lazy_cnn
+from golden_models import Blocks, TiedLM, lazy_cnn
 from lazynn._summary.render import SCREEN_ROWS
 from paths import EXAMPLES, ROOT
 
@@ -220,17 +222,42 @@ def test_json_has_the_documented_fields_and_round_trips() -> None:
     report = lazynn.summary(Blocks(), (4, 6))
     data = json.loads(report.render(format="json"))
     assert data == json.loads(json.dumps(report.to_dict()))
-    for key in ("total_params", "trainable_params", "total_flops", "param_bytes", "buffer_bytes"):
+    for key in ("total_parameters", "trainable_parameters", "total_flops", "parameter_bytes"):
         assert isinstance(data[key], int), key
-    assert data["total_params"] == report.total_parameters
+    assert data["total_parameters"] == report.total_parameters
     assert data["total_flops"] == report.total_flops
+    assert data["inputs"] == [{"shape": [4, 6], "dtype": "float32"}]
     assert [r["path"] for r in data["rows"]] == [r.path for r in report.rows]
-    for row in data["rows"]:
-        assert {"path", "type", "input_shapes", "output_shapes", "params", "flops", "calls"} <= set(
-            row
-        )
-    assert sum(r["params"] for r in data["rows"]) == data["total_params"]
-    assert "memory" not in data
+    assert sum(r["num_parameters"] for r in data["rows"]) == data["total_parameters"]
+    assert data["memory"] is None
+
+
+def _fields(record: object) -> set[str]:
+    return {f.name for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_json_keys_are_the_field_names_of_the_summary_and_of_each_row(training: bool) -> None:
+    """One name for each figure: the JSON says what the Python attribute says."""
+    report = lazynn.summary(TiedLM(), lazynn.Spec((2, 5), torch.long), training=training)
+    data = json.loads(report.render(format="json"))
+    assert set(data) == _fields(lazynn.Summary)
+    for row, record in zip(data["rows"], report.rows, strict=True):
+        assert set(row) == _fields(lazynn.SummaryRow)
+        for name in _fields(lazynn.SummaryRow) - {"inputs", "outputs", "parameters", "tied"}:
+            assert row[name] == getattr(record, name), name
+        assert row["parameters"] == {k: list(v) for k, v in record.parameters}
+        assert row["tied"] == dict(record.tied)
+        assert [s["shape"] for s in row["outputs"]] == [list(s.shape) for s in record.outputs]
+    tied = [row for row in data["rows"] if row["tied"]]
+    assert tied, "the model has a tied weight"
+
+
+def test_the_summary_documents_each_of_its_fields_and_each_rows() -> None:
+    for record in (lazynn.Summary, lazynn.SummaryRow):
+        attributes = record.__doc__.split("Attributes:")[1]  # type: ignore[union-attr]
+        listed = re.findall(r"^        (\w+): ", attributes, re.MULTILINE)
+        assert listed == [f.name for f in dataclasses.fields(record)]
 
 
 def test_readme_shows_what_the_main_job_prints(capsys: pytest.CaptureFixture[str]) -> None:

@@ -78,7 +78,18 @@ M = TypeVar("M", bound=nn.Module)
 
 class OnBuildHandle:
     """Returned by :func:`on_build`: ``pending`` tells whether the function still waits,
-    ``remove()`` drops it if it has not run."""
+    ``remove()`` drops it if it has not run.
+
+    >>> import lazynn
+    >>> from torch import nn
+    >>> layer = lazynn.LazyLinear(4)
+    >>> handle = lazynn.on_build(layer, lambda module: nn.init.zeros_(module.bias))
+    >>> handle.pending
+    True
+    >>> handle.remove()
+    >>> handle.pending
+    False
+    """
 
     def __init__(self, module: nn.Module | None, entry: Entry | None) -> None:
         self._module = weakref.ref(module) if module is not None else None
@@ -94,6 +105,7 @@ class OnBuildHandle:
         return self._entry is not None and self._entry in self._queue()
 
     def remove(self) -> None:
+        """Drop the function from the queue, if it has not run (else nothing to undo)."""
         with BUILD_LOCK:
             module = self._module() if self._module is not None else None
             if module is not None and self._entry is not None and self._entry in self._queue():

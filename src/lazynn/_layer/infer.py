@@ -68,6 +68,14 @@ class _Unknown:
 
 #: The value of an inferred size (``in_features``...) before the build.
 UNKNOWN = _Unknown()
+"""The value of an inferred size before the build (``LazyLinear(4).in_features``); prints
+``?``, and refuses arithmetic and comparisons, which would use a size not known yet.
+
+>>> import lazynn
+>>> layer = lazynn.LazyLinear(4)
+>>> layer.in_features is lazynn.UNKNOWN, layer
+(True, LazyLinear(in_features=?, out_features=4, bias=True))
+"""
 
 _LAYOUT = re.compile(r"^\((.*)\)$")
 
@@ -129,6 +137,9 @@ class Infer:
         return None
 
     def probe_value(self, kwargs: Mapping[str, Any]) -> Any:
+        """The value placeholders are laid out with before the build: ``probe``, or the value
+        of the constructor argument it names (in ``kwargs``); a tuple of ``trailing`` of them
+        when ``trailing`` is set."""
         value = int(kwargs[self.probe]) if isinstance(self.probe, str) else self.probe
         return (value,) * self.trailing if self.trailing is not None else value
 

@@ -32,7 +32,8 @@ def lazy(cls: type[nn.Module], /, **inferred: Infer) -> type[LazyLayer]:
         **inferred: constructor argument name -> :class:`lazynn.Infer`, where to read it.
 
     Returns:
-        A :class:`LazyLayer` subclass named ``Lazy<cls name>`` that becomes ``cls``.
+        A lazy layer class named ``Lazy<cls name>`` (a subclass of ``cls`` and of
+        :class:`lazynn.LazyModuleMixin`) whose instances become ``cls`` when built.
 
     >>> import torch, lazynn
     >>> from torch import nn

@@ -24,6 +24,7 @@ ecosystem recognizes them: ``torch.nn.parameter.is_lazy(p)`` is True, and DDP, T
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -341,15 +342,22 @@ class UninitializedParameter(_Placeholder, nn.UninitializedParameter):
         requires_grad: as ``nn.Parameter``. Default: ``True``.
         device: where it will be allocated. Default: the current default device.
         dtype: its dtype. Default: the current default dtype.
+
+    >>> import torch, lazynn
+    >>> layer = lazynn.LazyLinear(4)
+    >>> type(layer.weight).__name__, isinstance(layer.weight, torch.nn.UninitializedParameter)
+    ('UninitializedParameter', True)
+    >>> _ = layer(torch.ones(2, 3))
+    >>> type(layer.weight).__name__, layer.weight.shape
+    ('Parameter', torch.Size([4, 3]))
     """
 
     cls_to_become = nn.Parameter
 
     def __new__(cls, *args: Any, **kwargs: Any) -> UninitializedParameter:
-        # (requires_grad=True, device=None, dtype=None), as torch's; and cls(data,
-        # **param.__dict__), how tools rebuild a parameter of a subclass (accelerate's
-        # init_empty_weights registers a placeholder assigned to a module so): a placeholder
-        # like ``data``, with the attributes given
+        """As torch's; or ``cls(data, **param.__dict__)``, how tools rebuild a parameter of a
+        subclass (accelerate's ``init_empty_weights``): a placeholder like ``data``, with the
+        attributes given."""
         if args and isinstance(args[0], torch.Tensor):
             (like,) = args
             raw = _raw(like) if is_placeholder(like) else like
@@ -382,6 +390,10 @@ def _new_parameter(
     return torch.Tensor._make_subclass(cls, data, requires_grad)
 
 
+# torch's signature, for help() and the API reference (cls(tensor, **attrs) is for tools)
+UninitializedParameter.__new__.__signature__ = inspect.signature(_new_parameter)  # type: ignore[attr-defined]
+
+
 class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
     """A buffer whose shape is not known yet; becomes a plain ``torch.Tensor`` when built.
 
@@ -390,6 +402,15 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
         device: where it will be allocated. Default: the current default device.
         dtype: its dtype. Default: the current default dtype.
         persistent: whether it is part of the ``state_dict`` when assigned as an attribute.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.LazyBatchNorm1d()
+    >>> buffer = norm.running_mean
+    >>> type(buffer).__name__, isinstance(buffer, torch.nn.UninitializedBuffer)
+    ('UninitializedBuffer', True)
+    >>> _ = norm(torch.randn(4, 3))
+    >>> type(norm.running_mean).__name__, norm.running_mean.shape
+    ('Tensor', torch.Size([3]))
     """
 
     cls_to_become = torch.Tensor
@@ -401,6 +422,7 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
         dtype: torch.dtype | None = None,
         persistent: bool = True,
     ) -> UninitializedBuffer:
+        """As torch's, with ``persistent``."""
         data = torch.empty(0, device=device, dtype=dtype)
         new = torch.Tensor._make_subclass(cls, data, requires_grad)
         new.persistent = persistent

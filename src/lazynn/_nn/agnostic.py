@@ -187,6 +187,11 @@ class Conv(_RankAgnostic):
 
     Args: those of ``nn.Conv2d`` without ``in_channels``. Input ``(N, C, *spatial)`` with 1 to
     3 spatial dimensions.
+
+    >>> import torch, lazynn
+    >>> conv = lazynn.Conv(16, 3)
+    >>> conv(torch.randn(2, 3, 8, 8)).shape, type(conv).__name__, conv.in_channels
+    (torch.Size([2, 16, 6, 6]), 'Conv2d', 3)
     """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}
@@ -215,7 +220,16 @@ class Conv(_RankAgnostic):
 
 
 class ConvTranspose(_RankAgnostic):
-    """``nn.ConvTranspose1d/2d/3d`` chosen by the input's rank; ``in_channels`` from dim 1."""
+    """``nn.ConvTranspose1d/2d/3d`` chosen by the input's rank; ``in_channels`` from dim 1.
+
+    Args: those of ``nn.ConvTranspose2d`` without ``in_channels``. Input
+    ``(N, C, *spatial)`` with 1 to 3 spatial dimensions.
+
+    >>> import torch, lazynn
+    >>> up = lazynn.ConvTranspose(4, 2, stride=2)
+    >>> up(torch.randn(2, 3, 5)).shape, type(up).__name__, up.in_channels
+    (torch.Size([2, 4, 10]), 'ConvTranspose1d', 3)
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.ConvTranspose1d,
@@ -248,7 +262,14 @@ class ConvTranspose(_RankAgnostic):
 
 
 class BatchNorm(_RankAgnostic):
-    """``nn.BatchNorm1d`` (``(N, C)`` or ``(N, C, L)``), ``2d`` or ``3d`` by the input's rank."""
+    """``nn.BatchNorm1d`` (``(N, C)`` or ``(N, C, L)``), ``2d`` or ``3d`` by the input's rank;
+    ``num_features = C``, dimension 1.
+
+    >>> import torch, lazynn
+    >>> bn = lazynn.BatchNorm()
+    >>> bn(torch.randn(4, 6)).shape, type(bn).__name__, bn.num_features
+    (torch.Size([4, 6]), 'BatchNorm1d', 6)
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         2: nn.BatchNorm1d,
@@ -279,7 +300,14 @@ class BatchNorm(_RankAgnostic):
 
 
 class InstanceNorm(_RankAgnostic):
-    """``nn.InstanceNorm1d/2d/3d`` by the input's rank (batched); eager defaults."""
+    """``nn.InstanceNorm1d/2d/3d`` by the input's rank (batched); eager defaults;
+    ``num_features = C``, dimension 1.
+
+    >>> import torch, lazynn
+    >>> norm = lazynn.InstanceNorm(affine=True)
+    >>> norm(torch.randn(2, 3, 4, 4, 4)).shape, type(norm).__name__, norm.num_features
+    (torch.Size([2, 3, 4, 4, 4]), 'InstanceNorm3d', 3)
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.InstanceNorm1d,
@@ -316,7 +344,13 @@ class _ShapeOnly(_RankAgnostic):
 
 
 class MaxPool(_ShapeOnly):
-    """``nn.MaxPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+    """``nn.MaxPool1d/2d/3d`` by the input's rank (3, 4 or 5).
+
+    >>> import torch, lazynn
+    >>> pool = lazynn.MaxPool(2)
+    >>> pool(torch.randn(1, 3, 8)).shape, type(pool).__name__
+    (torch.Size([1, 3, 4]), 'MaxPool1d')
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.MaxPool1d,
@@ -342,7 +376,13 @@ class MaxPool(_ShapeOnly):
 
 class AvgPool(_ShapeOnly):
     """``nn.AvgPool1d/2d/3d`` by the input's rank (3, 4 or 5; 4 or 5 with a
-    ``divisor_override``, which ``nn.AvgPool1d`` does not take)."""
+    ``divisor_override``, which ``nn.AvgPool1d`` does not take).
+
+    >>> import torch, lazynn
+    >>> pool = lazynn.AvgPool(2)
+    >>> pool(torch.randn(1, 3, 8, 8)).shape, type(pool).__name__
+    (torch.Size([1, 3, 4, 4]), 'AvgPool2d')
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.AvgPool1d,
@@ -369,7 +409,13 @@ class AvgPool(_ShapeOnly):
 
 
 class AdaptiveAvgPool(_ShapeOnly):
-    """``nn.AdaptiveAvgPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+    """``nn.AdaptiveAvgPool1d/2d/3d`` by the input's rank (3, 4 or 5).
+
+    >>> import torch, lazynn
+    >>> pool = lazynn.AdaptiveAvgPool(1)
+    >>> pool(torch.randn(2, 5, 7, 7)).shape, type(pool).__name__
+    (torch.Size([2, 5, 1, 1]), 'AdaptiveAvgPool2d')
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.AdaptiveAvgPool1d,
@@ -382,7 +428,13 @@ class AdaptiveAvgPool(_ShapeOnly):
 
 
 class AdaptiveMaxPool(_ShapeOnly):
-    """``nn.AdaptiveMaxPool1d/2d/3d`` by the input's rank (3, 4 or 5)."""
+    """``nn.AdaptiveMaxPool1d/2d/3d`` by the input's rank (3, 4 or 5).
+
+    >>> import torch, lazynn
+    >>> pool = lazynn.AdaptiveMaxPool(2)
+    >>> pool(torch.randn(2, 5, 8, 8, 8)).shape, type(pool).__name__
+    (torch.Size([2, 5, 2, 2, 2]), 'AdaptiveMaxPool3d')
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.AdaptiveMaxPool1d,
@@ -398,7 +450,13 @@ class AdaptiveMaxPool(_ShapeOnly):
 
 class ChannelDropout(_ShapeOnly):
     """``nn.Dropout1d/2d/3d`` (channel dropout: whole channels zeroed) by the input's rank
-    (3, 4 or 5). Not element dropout: that is ``nn.Dropout``, which needs no size."""
+    (3, 4 or 5). Not element dropout: that is ``nn.Dropout``, which needs no size.
+
+    >>> import torch, lazynn
+    >>> drop = lazynn.ChannelDropout(0.5)
+    >>> drop(torch.ones(2, 3, 4)).shape, type(drop).__name__
+    (torch.Size([2, 3, 4]), 'Dropout1d')
+    """
 
     by_rank: ClassVar[Mapping[int, type[nn.Module]]] = {
         3: nn.Dropout1d,

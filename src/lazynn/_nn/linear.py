@@ -55,3 +55,15 @@ class LazyLinear(LazyLayer, nn.Linear):
 LazyBilinear = lazy(
     nn.Bilinear, in1_features=Infer(arg=0, dim=-1), in2_features=Infer(arg=1, dim=-1)
 )
+LazyBilinear.__doc__ = """``nn.Bilinear(in1_features, in2_features, out_features)`` with
+``in1_features`` and ``in2_features`` inferred: the last dimensions of the first and second inputs,
+``(*, H_in1)`` and ``(*, H_in2)``. Output ``(*, out_features)``. Other arguments as
+``nn.Bilinear``'s.
+
+>>> import torch, lazynn
+>>> bilinear = lazynn.LazyBilinear(4)
+>>> bilinear(torch.randn(2, 3), torch.randn(2, 5)).shape
+torch.Size([2, 4])
+>>> bilinear.in1_features, bilinear.in2_features
+(3, 5)
+"""

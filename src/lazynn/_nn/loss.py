@@ -19,4 +19,24 @@ __all__ = ["LazyAdaptiveLogSoftmaxWithLoss", "LazyLinearCrossEntropyLoss"]
 _LAST = Infer(dim=-1)
 
 LazyAdaptiveLogSoftmaxWithLoss = lazy(nn.AdaptiveLogSoftmaxWithLoss, in_features=_LAST)
+LazyAdaptiveLogSoftmaxWithLoss.__doc__ = """``nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes,
+cutoffs, ...)`` with ``in_features`` read from the input's last dimension, ``(N, in_features)`` or
+``(in_features,)``. Other arguments as ``nn.AdaptiveLogSoftmaxWithLoss``'s. Built by a call only
+(its forward selects rows by value).
+
+>>> import torch, lazynn
+>>> asm = lazynn.LazyAdaptiveLogSoftmaxWithLoss(10, cutoffs=[4])
+>>> out = asm(torch.randn(6, 8), torch.randint(0, 10, (6,)))
+>>> out.output.shape, asm.in_features, type(asm).__name__
+(torch.Size([6]), 8, 'AdaptiveLogSoftmaxWithLoss')
+"""
 LazyLinearCrossEntropyLoss = lazy(nn.LinearCrossEntropyLoss, in_features=_LAST)
+LazyLinearCrossEntropyLoss.__doc__ = """``nn.LinearCrossEntropyLoss(in_features, num_classes, ...)``
+with ``in_features`` read from the input's last dimension, ``(*, in_features)``. Other arguments as
+``nn.LinearCrossEntropyLoss``'s.
+
+>>> import torch, lazynn
+>>> loss = lazynn.LazyLinearCrossEntropyLoss(10)
+>>> loss(torch.randn(6, 8), torch.randint(0, 10, (6,))).shape, loss.linear.in_features
+(torch.Size([]), 8)
+"""

@@ -180,8 +180,24 @@ class LazyInstanceNorm3d(_LazyInstanceNorm, nn.InstanceNorm3d):
 
 LazyGroupNorm = lazy(nn.GroupNorm, num_channels=Infer(dim=1, probe="num_groups"))
 LazyGroupNorm.mixed_precision_input = True  # float16/bfloat16 input, float32 weights: as eager
+LazyGroupNorm.__doc__ = """``nn.GroupNorm(num_groups, num_channels, ...)`` with ``num_channels = C``
+of ``(N, C, *)`` (dimension 1). Other arguments as ``nn.GroupNorm``'s.
+
+>>> import torch, lazynn
+>>> norm = lazynn.LazyGroupNorm(2)
+>>> norm(torch.randn(3, 6, 4)).shape, norm.num_channels
+(torch.Size([3, 6, 4]), 6)
+"""
 LazySyncBatchNorm = lazy(nn.SyncBatchNorm, num_features=Infer(dim=1))
 LazySyncBatchNorm.known_buffers = frozenset({"num_batches_tracked"})
+LazySyncBatchNorm.__doc__ = """``nn.SyncBatchNorm(num_features, ...)`` with ``num_features = C`` of
+``(N, C, *)`` (dimension 1). Other arguments as ``nn.SyncBatchNorm``'s.
+
+>>> import lazynn
+>>> norm = lazynn.build(lazynn.LazySyncBatchNorm(), (4, 6, 5), device="meta")
+>>> type(norm).__name__, norm.num_features
+('SyncBatchNorm', 6)
+"""
 
 
 def _trailing(dims: int) -> Mapping[str, Infer]:

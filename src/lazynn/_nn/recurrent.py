@@ -23,8 +23,33 @@ __all__ = ["LazyGRU", "LazyGRUCell", "LazyLSTM", "LazyLSTMCell", "LazyRNN", "Laz
 _LAST = Infer(dim=-1)
 
 LazyRNNCell = lazy(nn.RNNCell, input_size=_LAST)
+LazyRNNCell.__doc__ = """``nn.RNNCell(input_size, hidden_size, ...)`` with ``input_size`` read from
+the input's last dimension, ``(N, H_in)`` or ``(H_in,)``. Other arguments as ``nn.RNNCell``'s.
+
+>>> import torch, lazynn
+>>> cell = lazynn.LazyRNNCell(4, nonlinearity="relu")
+>>> cell(torch.randn(3, 7)).shape, cell.input_size
+(torch.Size([3, 4]), 7)
+"""
 LazyLSTMCell = lazy(nn.LSTMCell, input_size=_LAST)
+LazyLSTMCell.__doc__ = """``nn.LSTMCell(input_size, hidden_size, ...)`` with ``input_size`` read
+from the input's last dimension, ``(N, H_in)`` or ``(H_in,)``. Other arguments as ``nn.LSTMCell``'s.
+
+>>> import torch, lazynn
+>>> cell = lazynn.LazyLSTMCell(4)
+>>> h, c = cell(torch.randn(3, 7))
+>>> h.shape, c.shape, cell.input_size
+(torch.Size([3, 4]), torch.Size([3, 4]), 7)
+"""
 LazyGRUCell = lazy(nn.GRUCell, input_size=_LAST)
+LazyGRUCell.__doc__ = """``nn.GRUCell(input_size, hidden_size, ...)`` with ``input_size`` read from
+the input's last dimension, ``(N, H_in)`` or ``(H_in,)``. Other arguments as ``nn.GRUCell``'s.
+
+>>> import torch, lazynn
+>>> cell = lazynn.LazyGRUCell(4)
+>>> cell(torch.randn(3, 7)).shape, cell.input_size
+(torch.Size([3, 4]), 7)
+"""
 
 
 class _LazyRNNBase(LazyLayer):
@@ -99,7 +124,14 @@ class LazyLSTM(_LazyRNNBase, nn.LSTM):
 
 
 class LazyGRU(_LazyRNNBase, nn.GRU):
-    """``nn.GRU(input_size, hidden_size, ...)`` with ``input_size`` inferred (as LazyRNN)."""
+    """``nn.GRU(input_size, hidden_size, ...)`` with ``input_size`` inferred (as LazyRNN).
+
+    >>> import torch, lazynn
+    >>> gru = lazynn.LazyGRU(4, batch_first=True)
+    >>> out, h = gru(torch.randn(3, 5, 7))
+    >>> type(gru).__name__, gru.input_size, tuple(out.shape)
+    ('GRU', 7, (3, 5, 4))
+    """
 
     cls_to_become = nn.GRU
 

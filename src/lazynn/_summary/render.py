@@ -112,7 +112,7 @@ class _Node:
 def _signature(node: _Node) -> Any:
     r = node.row
     own = (r.type, r.lazy_type, r.inputs, r.outputs, r.parameters, r.calls, r.flops, r.tied)
-    sizes = (r.num_parameters, r.trainable, r.param_bytes, r.buffer_bytes)
+    sizes = (r.num_parameters, r.trainable_parameters, r.parameter_bytes, r.buffer_bytes)
     return (
         own,
         sizes,
@@ -180,7 +180,8 @@ def _flops(node: _Node) -> int:
 
 def _subtree(node: _Node) -> tuple[int, int, int]:
     """(params, param bytes, buffer bytes) of ``node`` and everything below it, per block."""
-    params, pbytes, bbytes = node.row.num_parameters, node.row.param_bytes, node.row.buffer_bytes
+    row = node.row
+    params, pbytes, bbytes = row.num_parameters, row.parameter_bytes, row.buffer_bytes
     for child in node.children:
         p, pb, bb = _subtree(child)
         params, pbytes, bbytes = (
@@ -235,7 +236,7 @@ def _cells(node: _Node, hidden: bool, columns: Sequence[str]) -> dict[str, str]:
         if hidden or n > 1
         else (
             row.num_parameters,
-            row.param_bytes,
+            row.parameter_bytes,
             row.buffer_bytes,
         )
     )

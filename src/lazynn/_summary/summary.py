@@ -38,19 +38,46 @@ _TRIES = (2, 3, 4)
 
 @dataclasses.dataclass(frozen=True)
 class Summary(Report):
-    """The layers of a model as the build makes them (the fields of :class:`Report`: rows,
-    totals, mode, a symbolic batch, the training-memory estimate); ``str()`` renders the
-    default table.
+    """The layers of a model as the build makes them: its rows, totals and the estimate of
+    a training step's memory, as data; ``str()`` renders the default table, :meth:`render`
+    the others, and ``to_dict()`` is JSON-ready, one key per field, named as the field
+    (docs/summary.md).
 
     Totals count each tensor once (shared weights once), and equal
     ``sum(p.numel() for p in model.parameters())`` of the built model. ``total_flops`` is what
     ``torch.utils.flop_counter.FlopCounterMode`` counts for one forward of the examples.
 
+    Attributes:
+        model_type: the model's class name (its lazy class, if it was lazy).
+        rows: one :class:`SummaryRow` per module, the model first, in
+            ``model.named_modules()`` order.
+        total_parameters: how many values the model's parameters hold (elements), each
+            tensor once; lazy layers the examples never reached are left out.
+        trainable_parameters: of those, the values of parameters with ``requires_grad``
+            (elements). ``non_trainable_parameters`` is the difference.
+        parameter_bytes: the bytes of the parameters, each tensor once.
+        buffer_bytes: the bytes of the buffers, each tensor once.
+        inputs: the ``shape`` and ``dtype`` of each tensor the model took (named tuples);
+            with a symbolic batch, a dimension may be its name (``"B"``, ``"2B"``).
+        outputs: the ``shape`` and ``dtype`` of each tensor the model returned.
+        unreached: the paths of the lazy layers the examples never reached: their sizes,
+            and so their parameters, are unknown.
+        total_flops: the FLOPs of one forward of the examples (a multiply-add is 2); per
+            sample with a symbolic batch.
+        mode: ``"train"`` or ``"eval"``: the mode the examples ran in.
+        batch: the symbolic batch dimension's name (``"B"``), if the examples had one:
+            shapes show it, FLOPs and activations are per sample; None otherwise.
+        memory: the estimate of a training step's memory, in bytes (``params``,
+            ``gradients``, ``optimizer_states``, ``activations``, ``total``, and the
+            ``optimizer``'s name), when asked for (``training=True``); None otherwise.
+
     >>> import lazynn
     >>> from torch import nn
     >>> report = lazynn.summary(nn.Sequential(lazynn.LazyLinear(8)), (4, 16))
-    >>> report.total_parameters, report.to_dict()["total_params"]
-    (136, 136)
+    >>> report.total_parameters, report.parameter_bytes, report.to_dict()["total_parameters"]
+    (136, 544, 136)
+    >>> report.inputs, report.unreached, report.mode, report.memory
+    ((Shape(shape=(4, 16), dtype=torch.float32),), (), 'train', None)
     >>> print(report.render(format="markdown").splitlines()[2])
     | Sequential | [4, 16] | [4, 8] | -- | 1.0K |
     """
@@ -113,7 +140,7 @@ def summary(
             mode every module runs the examples in (the model's own modes are kept).
         training: add an estimate of a training step's memory (``Summary.memory``):
             parameters, gradients, ``optimizer``'s state and the activations autograd saves,
-            counted on meta (see :func:`lazynn._summary.memory.training_memory`).
+            counted on meta (docs/summary.md, Training memory).
         optimizer: a ``torch.optim`` class or its name (``"adamw"``, ``"sgd"``...), for
             ``training``.
 
@@ -125,9 +152,9 @@ def summary(
     >>> import torch, lazynn
     >>> net = torch.nn.Sequential(lazynn.LazyLinear(8), torch.nn.ReLU(), lazynn.LazyLinear(2))
     >>> s = lazynn.summary(net, (4, 16))
-    >>> s.total_parameters, s.rows[1].type, s.rows[1].outputs[0][0], s.total_flops
+    >>> s.total_parameters, s.rows[1].type, s.rows[1].outputs[0].shape, s.total_flops
     (154, 'Linear', (4, 8), 1152)
-    >>> lazynn.summary(net, lazynn.Spec(("B", 16))).rows[-1].outputs[0][0]
+    >>> lazynn.summary(net, lazynn.Spec(("B", 16))).rows[-1].outputs[0].shape
     ('B', 2)
     >>> lazynn.is_lazy(net)
     True
@@ -227,7 +254,11 @@ def _collect(
     shape: Callable[
         [list[tuple[tuple[int, ...], Any]], list[tuple[tuple[int, ...], Any]]], tuple[Shape, ...]
     ]
-    shape = (lambda a, b: _merge(a, b, batch)) if batch is not None else (lambda a, b: tuple(a))
+    shape = (
+        (lambda a, b: _merge(a, b, batch))
+        if batch is not None
+        else (lambda a, b: tuple(Shape(dims, dtype) for dims, dtype in a))
+    )
 
     def calls_of(path: str, r: Rehearsal | None) -> Call | None:
         return r.calls.get(path) if r is not None else None
@@ -262,8 +293,8 @@ def _collect(
                 outputs=shape(call.outputs, twin.outputs if twin else []) if call else (),
                 parameters=tuple((i.name, i.shape) for i in infos if i.is_parameter),
                 num_parameters=sum(i.numel for i in params),
-                trainable=sum(i.numel for i in params if i.requires_grad),
-                param_bytes=sum(i.nbytes for i in params),
+                trainable_parameters=sum(i.numel for i in params if i.requires_grad),
+                parameter_bytes=sum(i.nbytes for i in params),
                 buffer_bytes=sum(i.nbytes for i in fresh if not i.is_parameter),
                 calls=call.count if call else 0,
                 flops=flops(path),
@@ -403,13 +434,12 @@ def _merge(
     a: list[tuple[tuple[int, ...], Any]], b: list[tuple[tuple[int, ...], Any]], batch: str
 ) -> tuple[Shape, ...]:
     if len(a) != len(b):
-        return tuple((tuple("?" for _ in dims), dtype) for dims, dtype in a)
+        return tuple(Shape(tuple("?" for _ in dims), dtype) for dims, dtype in a)
     out: list[Shape] = []
     for (dims_a, dtype), (dims_b, _) in zip(a, b, strict=True):
         if len(dims_a) != len(dims_b):
-            out.append((tuple("?" for _ in dims_a), dtype))
+            out.append(Shape(tuple("?" for _ in dims_a), dtype))
         else:
-            out.append(
-                (tuple(_dim(x, y, batch) for x, y in zip(dims_a, dims_b, strict=True)), dtype)
-            )
+            dims = tuple(_dim(x, y, batch) for x, y in zip(dims_a, dims_b, strict=True))
+            out.append(Shape(dims, dtype))
     return tuple(out)
