@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 
 from .._errors import UnbuiltError, func_name
+from .answers import ALLOWED_ATTRIBUTES, ALLOWED_METHODS, CLONES, CONVERSIONS, NATIVE
 from .callers import distributed, untraced
 from .deferred import DATA_OF, INITS, PROBE, SELF, Init, add, keep, on_probes, probed
 from .refusals import refusal, wrapper_refusal
@@ -50,80 +51,6 @@ __all__ = [
     "rebuild_placeholder",
     "relocate",
 ]
-
-# torch.Tensor attributes read through descriptors that do not depend on the shape.
-_ALLOWED_ATTRIBUTES = frozenset(
-    {
-        "dtype",
-        "device",
-        "requires_grad",
-        "is_leaf",
-        "grad",
-        "grad_fn",
-        "layout",
-        "is_cuda",
-        "is_cpu",
-        "is_meta",
-        "is_sparse",
-        "is_quantized",
-        "is_nested",
-        "is_mkldnn",
-        "is_xpu",
-        "is_mps",
-        "_is_param",
-        "_is_buffer",
-        "persistent",
-    }
-)
-
-# Methods that answer from dtype and device alone.
-_ALLOWED_METHODS: frozenset[Callable[..., Any]] = frozenset(
-    {
-        torch.Tensor.__hash__,
-        torch.Tensor.is_floating_point,
-        torch.Tensor.is_complex,
-        torch.is_floating_point,
-        torch.is_complex,
-        torch.Tensor.is_signed,
-        torch.Tensor.get_device,
-        torch.Tensor.element_size,
-        torch._has_compatible_shallow_copy_type,
-        # The (empty) storage of the placeholder's data: pointer 0 and 0 bytes, as a meta
-        # tensor's. safetensors' load_model and accelerate ask every tensor of a model for
-        # its storage to find tied weights; torch's placeholders refuse (a listed difference).
-        torch.Tensor.untyped_storage,
-    }
-)
-
-# Conversions: applied to the (empty) data, they give a new placeholder with the new dtype,
-# device or requires_grad. This is what keeps `module.to(...)` / `to_empty` lazy.
-_CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
-    {
-        torch.Tensor.to,
-        torch.Tensor.half,
-        torch.Tensor.float,
-        torch.Tensor.double,
-        torch.Tensor.bfloat16,
-        torch.Tensor.cpu,
-        torch.Tensor.cuda,
-        torch.Tensor.type,
-        torch.Tensor.detach,
-        torch.empty_like,
-    }
-)
-
-
-#: copies: of a placeholder's ``.data``, torch's empty tensor (see ``__torch_function__``)
-_CLONES: frozenset[Callable[..., Any]] = frozenset({torch.Tensor.clone, torch.clone})
-
-#: what a placeholder answers itself even in a factory's first run: moves (a new placeholder),
-#: ``requires_grad``
-_NATIVE = _CONVERSIONS | {
-    torch.Tensor.requires_grad_,
-    torch.Tensor.requires_grad.__get__,  # type: ignore[attr-defined]
-    torch.Tensor.requires_grad.__set__,  # type: ignore[attr-defined]
-}
-
 
 # Type checkers see the mixin as the tensor it is always mixed into.
 if TYPE_CHECKING:
@@ -257,19 +184,19 @@ class _Placeholder(_TensorForTyping):
         owner = getattr(func, "__self__", None)
         attr = getattr(owner, "__name__", None) if owner is not None else None
         self = args[0] if args else None
-        if func not in _NATIVE and any(probed(v) for v in (*args, *kwargs.values())):
+        if func not in NATIVE and any(probed(v) for v in (*args, *kwargs.values())):
             return on_probes(func, args, kwargs)
         kept = keep(func, attr, args, kwargs)
         if kept is not None:
             return kept
-        if func in _CLONES and isinstance(self, _Placeholder) and DATA_OF in self.__dict__:
+        if func in CLONES and isinstance(self, _Placeholder) and DATA_OF in self.__dict__:
             # `p.data.clone()` / `p.detach().clone()` of an unbuilt p: torch's p.data is an
             # empty plain tensor, and its clone one too (torchrl's target networks take it,
             # then copy the source's values in once it is built)
             held = _raw(self)
             return torch.empty(0, dtype=held.dtype, device=held.device)
         with torch._C.DisableTorchFunctionSubclass():
-            if attr in _ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
+            if attr in ALLOWED_ATTRIBUTES and getattr(func, "__name__", "") == "__get__":
                 if attr == "requires_grad" and isinstance(self, _Placeholder) and distributed():
                     # DDP's constructor reads requires_grad first: refuse with the recipe.
                     refusal = self._wrapper_refusal()
@@ -282,9 +209,9 @@ class _Placeholder(_TensorForTyping):
                 # `module._apply` moves a placeholder by `param.data = moved_placeholder`.
                 if len(args) == 2 and is_placeholder(args[1]):
                     return func(*args, **kwargs)
-            elif func in _ALLOWED_METHODS:
+            elif func in ALLOWED_METHODS:
                 return func(*args, **kwargs)
-            elif func in _CONVERSIONS and isinstance(self, _Placeholder):
+            elif func in CONVERSIONS and isinstance(self, _Placeholder):
                 raw = func(_raw(self), *args[1:], **kwargs)
                 if raw is _raw(self) or not isinstance(raw, torch.Tensor):
                     return self if isinstance(raw, torch.Tensor) else raw  # e.g. p.type() -> str
