@@ -46,6 +46,7 @@ __all__ = [
     "NeedsValuesError",
     "Parts",
     "UnbuiltError",
+    "a_or_an",
     "first_line",
     "frame_locals",
     "func_name",
@@ -208,6 +209,21 @@ class AmbiguousInputWarning(UserWarning):
 
 class CheckpointError(LazynnError, RuntimeError):
     """A checkpoint whose sizes contradict what a lazy module already knows."""
+
+
+#: words spelt with a vowel but said with a consonant ("a unicode", "a UUID", "a one")
+_CONSONANT_SOUND = ("uni", "use", "usu", "uu", "eu", "one")
+
+
+def a_or_an(word: str) -> str:
+    """``word`` after its indefinite article, for messages that name a type
+    (``f"is {a_or_an(type(value).__name__)} object"``).
+
+    >>> a_or_an("int"), a_or_an("float"), a_or_an("OrderedDict"), a_or_an("UUID")
+    ('an int', 'a float', 'an OrderedDict', 'a UUID')
+    """
+    vowel = word[:1].lower() in ("a", "e", "i", "o", "u")
+    return f"{'an' if vowel and not word.lower().startswith(_CONSONANT_SOUND) else 'a'} {word}"
 
 
 def shape_str(shape: Sequence[int]) -> str:
