@@ -39,6 +39,7 @@ __all__ = [
     "INIT_FIX",
     "QUEUE_IT",
     "AmbiguousInputWarning",
+    "ArgumentError",
     "CheckpointError",
     "Fix",
     "InferenceError",
@@ -205,6 +206,18 @@ class AmbiguousInputWarning(UserWarning):
     like a spatial size (channels-last images). The layer is built as torch reads the input;
     the warning says how to give the other reading. Silence it where the reading is meant:
     ``warnings.filterwarnings("ignore", category=lazynn.AmbiguousInputWarning)``."""
+
+
+class ArgumentError(LazynnError, TypeError, ValueError):
+    """A lazy layer's constructor argument that contradicts its eager class's signature: a
+    number other than 0 or 1 for a bool parameter (``bias=3072``), an int of 1 or more for an
+    ``eps`` or a ``momentum``. Most often a half-ported line, its input size left in:
+    ``LazyLinear(768, 3072)`` reads as ``out_features=768, bias=3072``.
+
+    Subclasses both ``TypeError`` (an argument of the wrong type) and ``ValueError`` (torch
+    refuses a constructor argument out of range with one, ``nn.Dropout(p=2)``), so code that
+    guards a construction with either catches it.
+    """
 
 
 class CheckpointError(LazynnError, RuntimeError):
