@@ -43,6 +43,7 @@ from ._build.build import build as build
 from ._build.on_build import OnBuildHandle as OnBuildHandle
 from ._build.on_build import on_build as on_build
 from ._errors import AmbiguousInputWarning as AmbiguousInputWarning
+from ._errors import ArgumentError as ArgumentError
 from ._errors import CheckpointError as CheckpointError
 from ._errors import InferenceError as InferenceError
 from ._errors import LazynnError as LazynnError
@@ -118,6 +119,7 @@ __all__ = [
     "AdaptiveAvgPool",
     "AdaptiveMaxPool",
     "AmbiguousInputWarning",
+    "ArgumentError",
     "AvgPool",
     "BatchNorm",
     "ChannelDropout",

@@ -39,6 +39,7 @@ __all__ = [
     "INIT_FIX",
     "QUEUE_IT",
     "AmbiguousInputWarning",
+    "ArgumentError",
     "CheckpointError",
     "Fix",
     "InferenceError",
@@ -46,6 +47,7 @@ __all__ = [
     "NeedsValuesError",
     "Parts",
     "UnbuiltError",
+    "a_or_an",
     "first_line",
     "frame_locals",
     "func_name",
@@ -259,6 +261,18 @@ class AmbiguousInputWarning(UserWarning):
     """
 
 
+class ArgumentError(LazynnError, TypeError, ValueError):
+    """A lazy layer's constructor argument that contradicts its eager class's signature: a
+    number other than 0 or 1 for a bool parameter (``bias=3072``), an int of 1 or more for an
+    ``eps`` or a ``momentum``. Most often a half-ported line, its input size left in:
+    ``LazyLinear(768, 3072)`` reads as ``out_features=768, bias=3072``.
+
+    Subclasses both ``TypeError`` (an argument of the wrong type) and ``ValueError`` (torch
+    refuses a constructor argument out of range with one, ``nn.Dropout(p=2)``), so code that
+    guards a construction with either catches it.
+    """
+
+
 class CheckpointError(LazynnError, RuntimeError):
     """A checkpoint whose sizes contradict what a lazy module already knows.
 
@@ -270,6 +284,21 @@ class CheckpointError(LazynnError, RuntimeError):
     ...     print(str(error).split(" Fix: ")[1].split(";")[0])
     construct the layer with the arguments the checkpoint was saved with
     """
+
+
+#: words spelt with a vowel but said with a consonant ("a unicode", "a UUID", "a one")
+_CONSONANT_SOUND = ("uni", "use", "usu", "uu", "eu", "one")
+
+
+def a_or_an(word: str) -> str:
+    """``word`` after its indefinite article, for messages that name a type
+    (``f"is {a_or_an(type(value).__name__)} object"``).
+
+    >>> a_or_an("int"), a_or_an("float"), a_or_an("OrderedDict"), a_or_an("UUID")
+    ('an int', 'a float', 'an OrderedDict', 'a UUID')
+    """
+    vowel = word[:1].lower() in ("a", "e", "i", "o", "u")
+    return f"{'an' if vowel and not word.lower().startswith(_CONSONANT_SOUND) else 'a'} {word}"
 
 
 def shape_str(shape: Sequence[int]) -> str:

@@ -939,6 +939,22 @@ def test_a_target_names_what_the_file_defines(
 
 
 @pytest.mark.parametrize(
+    ("value", "said"),
+    [("7", "an int"), ("7.0", "a float"), ("{}", "a dict"), ("...", "an ellipsis")],
+)
+def test_a_target_naming_an_imported_value_says_its_type_with_its_article(
+    value: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    helpers = "sizes_" + said.replace(" ", "_")  # (one module a case: imports are cached)
+    (tmp_path / f"{helpers}.py").write_text(f"WIDTH = {value}\n")
+    (tmp_path / "net.py").write_text(f"from {helpers} import WIDTH\n")
+    code = main(["summary", f"{tmp_path / 'net.py'}:WIDTH", "--input", "2x3"])
+    assert_one_line_error(
+        code, *capsys.readouterr(), f"'WIDTH' is {said} object, not a function or class"
+    )
+
+
+@pytest.mark.parametrize(
     ("target", "first_line"),
     [
         ("{nets}:Stack.of(6)", "Stack: input [2, 5] -> output [2, 6]"),  # a classmethod

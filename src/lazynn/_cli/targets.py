@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from .._errors import LazynnError, first_line
+from .._errors import LazynnError, a_or_an, first_line
 
 __all__ = ["CommandError", "Target", "construct", "load_factory", "parse_target"]
 
@@ -241,7 +241,7 @@ def _imported(target: Target, value: Any, namespace: dict[str, Any], module_name
     elif isinstance(owner, str) and isinstance(qualname, str) and callable(value):
         what = f"{owner}.{qualname}, which it imports (to summarize it: {owner}:{qualname})"
     else:
-        what = f"a {type(value).__name__} object, not a function or class"
+        what = f"{a_or_an(type(value).__name__)} object, not a function or class"
     return (
         f"{target.source}: {head!r} is {what}; a target names a function or class that "
         f"{target.source} defines itself, or an attribute of one (Net.from_config); it "

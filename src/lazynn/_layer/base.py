@@ -47,6 +47,7 @@ from .._module.snapshot import RandomState
 from .._module.state import LazyState, context, lazy_state
 from .._module.tensors import is_placeholder, raw
 from .._program.record import recording
+from .arguments import check_arguments
 from .checkpoint import checked_layout, solve_sizes
 from .construct import (
     Slot,
@@ -108,7 +109,10 @@ class LazyLayer(LazyModuleMixin):
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
         """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders
-        (in a factory's run, see ``_layout``)."""
+        (in a factory's run, see ``_layout``). Arguments that contradict the eager signature
+        (a half-ported line, ``LazyLinear(768, 3072)``) are refused first."""
+        specs = self._lazynn_specs() if "_lazynn" in self.__dict__ else self.inferred
+        untraced(check_arguments)(type(self), self.cls_to_become, kwargs, tuple(specs))
         held = [
             k
             for k, v in kwargs.items()
@@ -128,7 +132,6 @@ class LazyLayer(LazyModuleMixin):
                     "instead",
                 )
             )
-        specs = self._lazynn_specs() if "_lazynn" in self.__dict__ else self.inferred
         # (by Python under a compiled function too: dynamo models the layout's dicts as plain)
         untraced(lay_out)(self, self.cls_to_become, specs, self.known_buffers, kwargs)
 
@@ -263,7 +266,11 @@ class LazyLayer(LazyModuleMixin):
         run_inits(self._lazynn_build(sizes, source=source))
 
     def _lazynn_forward_failed(
-        self, args: tuple[Any, ...], error: BaseException, name: str
+        self,
+        args: tuple[Any, ...],
+        error: BaseException,
+        kind: type[nn.Module],
+        before: LazyState | None,
     ) -> BaseException | None:
         """A first call's forward that refused its input: an InferenceError with the path,
         the layer as built, the input and torch's own words. (A kernel torch lacks for this
@@ -272,7 +279,7 @@ class LazyLayer(LazyModuleMixin):
             error, (LazynnError, NotImplementedError, Warning)
         ):
             return None
-        return forward_error(self, self, args, error, name)
+        return forward_error(self, self, args, error, kind, before)
 
     def _lazynn_check_layout(self, shadow: nn.Module, sizes: Mapping[str, Any]) -> None:
         """The layer built with these sizes has the tensors the placeholders stand for.

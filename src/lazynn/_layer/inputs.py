@@ -14,6 +14,7 @@ what was received and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,8 +23,9 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from .._errors import BUILD, Fix, InferenceError, message, meta_limitation, module_path, shape_str
-from .._module.state import quiet
+from .._module.state import LazyState, find_state, quiet
 from .._module.tensors import describe, is_placeholder, map_tensors, meta_like, raw
+from .arguments import left_in_note
 from .construct import short_repr
 from .infer import Infer
 
@@ -210,24 +212,28 @@ def forward_error(
     built: nn.Module,
     args: tuple[Any, ...],
     error: Exception,
-    name: str | None = None,
+    kind: type[nn.Module],
+    before: LazyState | None,
 ) -> InferenceError:
     """The error of a first call whose forward refused its input after the build: ``built``
-    is the layer as built (for its repr), ``error`` what the forward raised; ``name`` the
-    layer's class name to show."""
-    return InferenceError(
-        message(
-            module_path(layer, name=name),
-            f"an input that {short_repr(built)} accepts",
-            describe(args[0] if len(args) == 1 else args),
-            "call it with a valid input",
-            detail=str(error).strip().splitlines()[0]
-            if str(error).strip()
-            else type(error).__name__,
-            key=Fix.VALID_INPUT,
-            outcome="the layer is still unbuilt",
-        )
+    is the layer as built (for its repr and its sizes), ``error`` what the forward raised;
+    ``kind`` the lazy class, ``before`` what the layer knew before the build (its arguments:
+    a first argument equal to a size the input gave is noted as a left-in input size)."""
+    note = None
+    if before is not None:
+        specs = before.specs if before.specs is not None else getattr(kind, "inferred", {})
+        sizes = {name: getattr(built, name, None) for name in specs}
+        note = left_in_note(kind, type(built), before.kwargs, sizes)
+    parts = message(
+        module_path(layer, name=kind.__name__),
+        f"an input that {short_repr(built)} accepts",
+        describe(args[0] if len(args) == 1 else args),
+        "call it with a valid input",
+        detail=str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+        key=Fix.VALID_INPUT,
+        outcome="the layer is still unbuilt",
     )
+    return InferenceError(parts if note is None else dataclasses.replace(parts, notes=(note,)))
 
 
 def run_on_meta(
@@ -252,7 +258,7 @@ def run_on_meta(
     except Exception as error:
         if meta_limitation(error):
             return shadow  # meta cannot run this forward (e.g. .item()): no verdict
-        raise forward_error(layer, shadow, args, error) from error
+        raise forward_error(layer, shadow, args, error, type(layer), find_state(layer)) from error
     return shadow
 
 

@@ -53,6 +53,7 @@ from .state import (
     QUEUE_KEY,
     STATE_KEY,
     WAITING,
+    LazyState,
     context,
     find_state,
     record_construction,
@@ -227,7 +228,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         """``call(*args, **kwargs)`` (the module's call, which builds it); undone if it fails
         after building this module. Runs under the build lock."""
         failed = self._lazynn_forward_failed  # (bound now: the build swaps the class)
-        name = type(self).__name__
+        kind, before = type(self), find_state(self)  # (a build deletes what it knew too)
         here = context()
         outer, built = here.built_here, set[int]()
         outer_warnings, deferred = here.deferred, list[str | Warning]()
@@ -239,7 +240,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                     result = call(*args, **kwargs)
                 except BaseException as error:
                     # (the forward's refusal is worded while the module is still built)
-                    refusal = failed(args, error, name) if id(self) in built else None
+                    refusal = failed(args, error, kind, before) if id(self) in built else None
                     if refusal is None:
                         raise  # the build itself failed, or the error is raised as it is
                     raise refusal from error
@@ -256,11 +257,15 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         return result
 
     def _lazynn_forward_failed(
-        self, args: tuple[Any, ...], error: BaseException, name: str
+        self,
+        args: tuple[Any, ...],
+        error: BaseException,
+        kind: type[nn.Module],
+        before: LazyState | None,
     ) -> BaseException | None:
         """The error to raise when the forward of this call, which built the module, raised
-        ``error`` (still built, for its repr; ``name``: its lazy class's name); None: raise
-        ``error`` itself."""
+        ``error`` (still built, for its repr; ``kind``: its lazy class, ``before``: what it
+        knew before the build); None: raise ``error`` itself."""
         return None
 
     def register_forward_pre_hook(

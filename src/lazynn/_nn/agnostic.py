@@ -27,6 +27,7 @@ from .._errors import (
     BUILD,
     CheckpointError,
     InferenceError,
+    LazynnError,
     UnbuiltError,
     message,
     module_path,
@@ -86,6 +87,8 @@ class _RankAgnostic(LazyLayer, nn.Module):
         state.shown = args
         try:
             self._lazynn_setup(**kwargs)
+        except LazynnError:
+            raise  # (lazynn's own refusal names this class already)
         except ValueError as error:  # the eager class's own check: name the class constructed
             layout = self.by_rank[ranks[0]].__name__
             raise ValueError(str(error).replace(layout, type(self).__name__)) from None

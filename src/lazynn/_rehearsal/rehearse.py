@@ -38,6 +38,7 @@ from .._errors import (
     message,
     with_note,
 )
+from .._layer.arguments import left_in_note
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
 from .._module.lifecycle import is_lazy_module
@@ -173,6 +174,8 @@ class _Run:
         self.modules = dict(root.named_modules())
         #: lazy modules by path, and their class before the run (they build as it runs)
         self.lazy = {p: type(m) for p, m in self.modules.items() if is_lazy_module(m)}
+        #: lazy layers by path, and what they knew before the run (their arguments)
+        self.before = {p: s for p, m in self.modules.items() if (s := find_state(m)) is not None}
         self.calls: dict[str, Call] = {}
         self.sizes: dict[nn.Module, dict[str, Any]] = {}
         self.inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
@@ -239,6 +242,8 @@ class _Run:
             elif not isinstance(error, LazynnError):
                 where = found
                 failure = failure_of(error, where, self.lazy)
+                left_in = self._left_in(*found[:2]) if found is not None else None
+                failure = failure if left_in is None else with_note(failure, left_in)
             for note in self.notes().values():  # (a forgotten batch dimension, say)
                 failure = with_note(failure, note)
             if failure is error:
@@ -289,6 +294,15 @@ class _Run:
                 outcome="the model is unchanged",
             )
         )
+
+    def _left_in(self, path: str, module: nn.Module) -> str | None:
+        """Whether the lazy layer at ``path``, whose forward failed, may have kept an input
+        size among its arguments (see ``left_in_note``)."""
+        kind, before = self.lazy.get(path), self.before.get(path)
+        sizes = self.rehearsing.sizes.get(id(module))
+        if kind is None or before is None or sizes is None:
+            return None
+        return left_in_note(kind, type(module), before.kwargs, sizes)
 
     def notes(self) -> dict[str, str]:
         """Path -> why a lazy layer's reading of its input may not be the one meant."""
