@@ -22,7 +22,6 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from .._errors import BUILD, Fix, InferenceError, message, meta_limitation, module_path, shape_str
-from .._module.state import quiet
 from .._module.tensors import describe, is_placeholder, map_tensors, meta_like, raw
 from .construct import short_repr
 from .infer import Infer
@@ -171,6 +170,8 @@ def construct_checked(
     not divisible by ``num_groups``...) is an InferenceError naming the layer and its input."""
     try:
         return construct()
+    except Warning:
+        raise  # a warning turned error, as the eager constructor raises it
     except Exception as error:
         raise InferenceError(
             message(
@@ -226,9 +227,12 @@ def run_on_meta(
     meta_args = map_tensors(meta_like, args)
     meta_kwargs = map_tensors(meta_like, dict(kwargs))
     try:
-        # The real forward warns as eager does; the meta rehearsal must not warn first.
-        with torch.no_grad(), quiet():
+        # (what its forward warns, it warns: the real forward's same warning then shows no
+        # second time, under the default filters; no filter is changed, they are the process's)
+        with torch.no_grad():
             shadow(*meta_args, **meta_kwargs)
+    except Warning:
+        raise  # a warning turned error, as the forward raises it
     except Exception as error:
         if meta_limitation(error):
             return shadow  # meta cannot run this forward (e.g. .item()): no verdict

@@ -17,12 +17,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-import warnings
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +43,6 @@ __all__ = [
     "find_state",
     "lazy_state",
     "next_order",
-    "quiet",
     "record_construction",
 ]
 
@@ -53,18 +50,6 @@ __all__ = [
 #: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
 #: lazy children.
 BUILD_LOCK = threading.RLock()
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Warnings silenced, for a construction or a forward that lazynn runs on the side (a
-    layout on meta, a check, a construction that warned once already). ``warnings.
-    catch_warnings`` changes the process's filters and puts them back, so two that interleave
-    in two threads can leave one's "ignore" behind: every use of lazynn's holds the build lock.
-    """
-    with BUILD_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 #: The attribute of an unbuilt lazy layer that holds its :class:`LazyState`.

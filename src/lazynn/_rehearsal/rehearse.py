@@ -230,6 +230,8 @@ class _Run:
         try:
             with self.counter if self.counter is not None else contextlib.nullcontext():
                 return root(*args, **kwargs)
+        except Warning:
+            raise  # a warning turned error (warnings.simplefilter("error")), as torch raises it
         except Exception as error:
             failure = error
             found = next((w for e, w in self.failures if e is error), None)
