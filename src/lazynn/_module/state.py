@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,13 @@ class Rehearsing:
     sizes: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: id(layer) -> why a size it read may not be the one meant (``_infer.ambiguity``)
     notes: dict[int, str] = field(default_factory=dict)
+    #: its FLOP counter's running total (None: it counts none)
+    counted: Callable[[], int] | None = None
+    #: FLOPs that counter counted which are not the forward's: lazynn's own work the forward
+    #: called (a summary or build of a submodule, which count their own), and whether such
+    #: work is running now (``_rehearsal.rehearse.apart``)
+    apart: int = 0
+    aside: bool = False
 
 
 @dataclass(frozen=True)

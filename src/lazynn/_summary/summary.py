@@ -22,7 +22,7 @@ from torch import nn
 from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
-from .._rehearsal.rehearse import Call, Rehearsal, rehearse
+from .._rehearsal.rehearse import Call, Rehearsal, apart, rehearse
 from .._rehearsal.spec import Spec
 from .memory import Memory, optimizer_class, training_memory
 from .render import render
@@ -329,9 +329,11 @@ def _estimate(
     kwargs: dict[str, Any],
     optimizer: str | type[torch.optim.Optimizer],
 ) -> Memory:
-    """The training-memory estimate; a training step's refusal of the examples says so."""
+    """The training-memory estimate; a training step's refusal of the examples says so.
+    (Inside a forward that a rehearsal runs, what its step runs is not that forward's.)"""
     try:
-        return training_memory(model, args, kwargs, optimizer)
+        with apart():
+            return training_memory(model, args, kwargs, optimizer)
     except InferenceError as error:
         if "more than 1 value per channel when training" not in str(error):
             raise
