@@ -355,35 +355,57 @@ def test_a_layer_built_after_checkpointed_blocks_goes_on_with_their_stream(
 # --- threads and warnings ---------------------------------------------------------------------
 
 
-def test_two_threads_silencing_warnings_leave_no_filter_behind() -> None:
-    """lazynn silences warnings (a layout on meta, a check) under the build lock. Forced: a
-    second thread tries to silence while the first is inside; without the lock the first
-    would leave first and the second put back the first's "ignore" filter."""
-    from lazynn._module.state import quiet
+class PausedInit(nn.Module):
+    """A layer whose construction on meta (a lazy layer's layout) waits for ``go`` once
+    ``pause`` is given, having set ``reached``."""
 
+    pause: tuple[threading.Event, threading.Event] | None = None
+
+    def __init__(self, features: int, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(features, device=device, dtype=dtype))
+        if self.weight.is_meta and PausedInit.pause is not None:
+            reached, go = PausedInit.pause
+            reached.set()
+            go.wait(30)
+
+
+LazyPausedInit = lazynn.lazy(PausedInit, features=lazynn.Infer(dim=-1))
+
+
+def test_a_lazy_construction_changes_no_warning_filter_another_thread_would_keep() -> None:
+    """Warning filters are the process's: a construction that silenced warnings with
+    warnings.catch_warnings() would, meanwhile, hide every other thread's warnings, and a
+    thread entering catch_warnings() then would put its "ignore" back when it leaves. Forced:
+    one thread constructs a lazy layer and holds inside its layout on meta while another
+    enters and leaves catch_warnings() around it."""
     filters = list(warnings.filters)
-    a_in, a_go, b_in = threading.Event(), threading.Event(), threading.Event()
-
-    def first() -> None:
-        with quiet():
-            a_in.set()
-            a_go.wait(30)
-
-    def second() -> None:
-        with quiet():
-            b_in.set()
-
-    a = threading.Thread(target=first)
-    a.start()
-    assert a_in.wait(30)
-    b = threading.Thread(target=second)
-    b.start()
-    assert not b_in.wait(0.5)  # it waits for the first to leave
-    a_go.set()
-    a.join(30)
-    b.join(30)
-    assert b_in.is_set()
+    reached, go = threading.Event(), threading.Event()
+    PausedInit.pause = (reached, go)
+    try:
+        made: list[nn.Module] = []
+        first = threading.Thread(target=lambda: made.append(LazyPausedInit()))
+        first.start()
+        assert reached.wait(30)
+        assert warnings.filters == filters  # nothing silenced for the other threads
+        with warnings.catch_warnings():
+            go.set()
+            first.join(30)
+    finally:
+        PausedInit.pause = None
+        go.set()
+    assert made
+    assert lazynn.is_lazy(made[0])
     assert warnings.filters == filters
+
+
+def test_a_probe_layout_that_would_warn_warns_nothing() -> None:
+    """The layout's probe sizes make a zero-row tail (in_features=1 // div_value): its init
+    would warn that it does nothing, where the real sizes warn nothing. Skipped, not silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer = lazynn.LazyAdaptiveLogSoftmaxWithLoss(23, [7, 11], div_value=3.0)
+    assert lazynn.is_lazy(layer)
 
 
 def test_lazy_layers_constructed_in_two_threads_leave_no_filter_behind() -> None:

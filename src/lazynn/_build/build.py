@@ -40,10 +40,10 @@ from .._module.placeholder import relocate
 from .progress import Progress
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_ready
-from .._rehearsal.rehearse import Rehearsal, TensorInfo, rehearse, warn_notes
+from .._rehearsal.rehearse import Rehearsal, TensorInfo, apart, rehearse, warn_notes
 from .replay import Plan, plan, scratch_init
 from .._module.snapshot import atomic
-from .._module.state import BUILD_LOCK, find_state
+from .._module.state import BUILD_LOCK, context, find_state
 from .._program.program import attach
 from .._program.record import Recorder, recording
 from .._module.tensors import byte_size, copy_values, is_placeholder, own_slots, own_tensors
@@ -110,8 +110,12 @@ def build_from(
     """:func:`build`; ``partial``: from a real call's arguments (only tensors are examples),
     and lazy layers they do not reach stay unbuilt."""
     # The rehearsal and the allocation under one hold of the build lock: another thread's
-    # build of the same model waits, then finds nothing left to build.
-    with BUILD_LOCK:
+    # build of the same model waits, then finds nothing left to build. (Inside a forward
+    # that a rehearsal runs, what the build runs is not that forward's: apart.)
+    # A build that a rehearsal's forward runs builds that rehearsal's twin: what the build of
+    # the model itself must say, that build says (the notes go to the rehearsal).
+    nested = context().rehearsal is not None
+    with BUILD_LOCK, apart():
         rehearsal = rehearse(model, example_inputs, example_kwargs, literal=partial)
         if rehearsal.unreached and not partial:
             raise InferenceError(
@@ -130,9 +134,10 @@ def build_from(
             torch.device(device) if device is not None else None,
             dtype,
             progress,
-            quiet=partial,
+            quiet=partial or nested,
         )
-    warn_notes(rehearsal.notes.values())
+    if not nested:
+        warn_notes(rehearsal.notes.values())
     return model
 
 
@@ -284,6 +289,9 @@ class _Allocation:
             pending = module._lazynn_build(sizes, device=self.device, dtype=self.dtype)
             torch.set_rng_state(rng)
         finish(module)
+        enclosing = context().rehearsal
+        if enclosing is not None:  # a build the forward of a rehearsal called: what it built
+            enclosing.sizes[id(module)] = dict(sizes)  # (as if that forward's call had)
         if source is not None:
             copy_values(source, module)
         self.inits += pending  # (run once every layer is built: _allocate)

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from .._module.state import quiet
 from .._module.tensors import map_tensors, meta_like, own_slots, raw
 from .._program.record import unrecorded
 from .infer import unknown_parts
@@ -135,10 +135,36 @@ def _meta(
 ) -> nn.Module:
     # Tensor arguments (LinearCrossEntropyLoss's class weights) go to meta with the layer.
     kwargs = {k: map_tensors(meta_like, v) for k, v in kwargs.items()}
-    # A layout with probe sizes may warn where the real sizes would not (a zero-row
-    # tensor's init): the real construction warns as eager does.
-    with quiet():
+    with _NoEmptyInits():
         return construct(cls, kwargs, "meta", dtype, into)
+
+
+#: initializers that warn on a zero-element tensor ("Initializing zero-element tensors is a
+#: no-op"); those that take torch functions' overrides (kaiming_normal_ does not, in 2.13)
+_WARN_ON_EMPTY = frozenset({nn.init.kaiming_uniform_, nn.init.kaiming_normal_})
+
+
+class _NoEmptyInits(TorchFunctionMode):
+    """A meta construction without the one warning its probe sizes cause where real sizes
+    would not: an initializer of a zero-element tensor (AdaptiveLogSoftmaxWithLoss's tail of
+    ``in_features // div_value``, laid out with ``in_features=1``), which only warns that it
+    does nothing, is not called. Warnings are not silenced otherwise: their filters are the
+    process's, and ``warnings.catch_warnings`` in two threads at once can leave one's
+    "ignore" behind (the real construction, at the build, warns as eager does)."""
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _WARN_ON_EMPTY:
+            tensor = args[0] if args else kwargs.get("tensor")
+            if isinstance(tensor, torch.Tensor) and tensor.numel() == 0:
+                return tensor
+        return func(*args, **kwargs)
 
 
 # --- remembered meta layouts -----------------------------------------------------------------

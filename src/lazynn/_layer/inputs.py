@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from .._errors import BUILD, Fix, InferenceError, message, meta_limitation, module_path, shape_str
-from .._module.state import LazyState, find_state, quiet
+from .._module.state import LazyState, find_state
 from .._module.tensors import describe, is_placeholder, map_tensors, meta_like, raw
 from .arguments import left_in_note
 from .construct import short_repr
@@ -173,6 +173,8 @@ def construct_checked(
     not divisible by ``num_groups``...) is an InferenceError naming the layer and its input."""
     try:
         return construct()
+    except Warning:
+        raise  # a warning turned error, as the eager constructor raises it
     except Exception as error:
         if _vmap_refused_draw(error):
             raise InferenceError(
@@ -252,9 +254,12 @@ def run_on_meta(
     meta_args = map_tensors(meta_like, args)
     meta_kwargs = map_tensors(meta_like, dict(kwargs))
     try:
-        # The real forward warns as eager does; the meta rehearsal must not warn first.
-        with torch.no_grad(), quiet():
+        # (what its forward warns, it warns: the real forward's same warning then shows no
+        # second time, under the default filters; no filter is changed, they are the process's)
+        with torch.no_grad():
             shadow(*meta_args, **meta_kwargs)
+    except Warning:
+        raise  # a warning turned error, as the forward raises it
     except Exception as error:
         if meta_limitation(error):
             return shadow  # meta cannot run this forward (e.g. .item()): no verdict

@@ -17,12 +17,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-import warnings
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +43,6 @@ __all__ = [
     "find_state",
     "lazy_state",
     "next_order",
-    "quiet",
     "record_construction",
 ]
 
@@ -53,18 +50,6 @@ __all__ = [
 #: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
 #: lazy children.
 BUILD_LOCK = threading.RLock()
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Warnings silenced, for a construction or a forward that lazynn runs on the side (a
-    layout on meta, a check, a construction that warned once already). ``warnings.
-    catch_warnings`` changes the process's filters and puts them back, so two that interleave
-    in two threads can leave one's "ignore" behind: every use of lazynn's holds the build lock.
-    """
-    with BUILD_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 #: The attribute of an unbuilt lazy layer that holds its :class:`LazyState`.
@@ -82,6 +67,13 @@ class Rehearsing:
     sizes: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: id(layer) -> why a size it read may not be the one meant (``_infer.ambiguity``)
     notes: dict[int, str] = field(default_factory=dict)
+    #: its FLOP counter's running total (None: it counts none)
+    counted: Callable[[], int] | None = None
+    #: FLOPs that counter counted which are not the forward's: lazynn's own work the forward
+    #: called (a summary or build of a submodule, which count their own), and whether such
+    #: work is running now (``_rehearsal.rehearse.apart``)
+    apart: int = 0
+    aside: bool = False
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from .._layer.infer import UNKNOWN
 from .._module.lifecycle import pre_hook
 from .._module.state import STATE_KEY, LazyState
 from .._module.tensors import is_placeholder, map_tensors
+from .twin import rehearsal_only
 
 __all__ = ["Below", "Memo", "Recorder"]
 
@@ -218,4 +219,4 @@ class Memo:
                 self.results[key] = (path, output, cost, below)
             return output
 
-        return forward
+        return rehearsal_only(forward)  # (a twin made of this one runs the block's own)

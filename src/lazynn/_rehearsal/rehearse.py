@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +56,9 @@ from .failures import failure_of
 from .memo import Below, Memo
 from .meta_device import MetaDevice
 from .spec import as_meta
-from .twin import Twin, meta_twin
+from .twin import Twin, meta_twin, rehearsal_only
 
-__all__ = ["Call", "Rehearsal", "TensorInfo", "rehearse", "warn_notes"]
+__all__ = ["Call", "Rehearsal", "TensorInfo", "apart", "rehearse", "warn_notes"]
 
 
 @dataclass
@@ -123,17 +123,23 @@ class Rehearsal:
 
 class _Record:
     """The calls of a rehearsal, as memoized blocks see them (``_memo.Recorder``): every call
-    in order (``trace``), each module's first call and totals (``calls``), the FLOPs."""
+    in order (``trace``), each module's first call and totals (``calls``), the FLOPs (the
+    counter's, the skipped blocks', less those of lazynn's own work: :func:`apart`)."""
 
-    def __init__(self, calls: dict[str, Call], counter: FlopCounterMode | None) -> None:
-        self.calls, self.counter = calls, counter
+    def __init__(
+        self, calls: dict[str, Call], counter: FlopCounterMode | None, rehearsing: Rehearsing
+    ) -> None:
+        self.calls, self.counter, self.rehearsing = calls, counter, rehearsing
         self.trace: list[Call] = []
         self.skipped_flops = 0
+        if counter is not None:
+            rehearsing.counted = lambda: int(counter.get_total_flops())
 
     def meter(self) -> int:
         if self.counter is None:
             return 0
-        return int(self.counter.get_total_flops()) + self.skipped_flops
+        counted = int(self.counter.get_total_flops())
+        return counted + self.skipped_flops - self.rehearsing.apart
 
     def mark(self) -> int:
         return len(self.trace)
@@ -183,8 +189,8 @@ class _Run:
         #: the innermost module whose forward raised the run's error, if it raised
         self.failed: nn.Module | None = None
         self.counter = FlopCounterMode(display=False) if count_flops else None
-        self.record = _Record(self.calls, self.counter)
         self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
+        self.record = _Record(self.calls, self.counter, self.rehearsing)
         self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
 
     def hook(self) -> list[RemovableHandle]:
@@ -199,6 +205,7 @@ class _Run:
             )
         return handles
 
+    @rehearsal_only
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         path = self.paths.get(id(module), "?")
         event = Call(path, shapes((a, k)))
@@ -210,6 +217,7 @@ class _Run:
                 self.inputs[module] = (a, k)
         self.calls[path].count += 1
 
+    @rehearsal_only
     def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
         if not self._stack or self._stack[-1][1] is not module:
             return  # (a pre-hook before this one raised: the call never started)
@@ -225,7 +233,10 @@ class _Run:
             call.outputs = event.outputs
         lazy_cls = self.lazy.get(path)
         if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in self.sizes:
-            self.sizes[module] = self.rehearsing.sizes[id(module)]
+            # (what it read; or, built by a lazynn.build the forward called, what that gave it)
+            read = self.rehearsing.sizes.get(id(module))
+            if read is not None:
+                self.sizes[module] = read
 
     def __call__(self, root: nn.Module, args: Any, kwargs: Any) -> Any:
         """Run ``root``; a failure raises naming the innermost module whose forward raised
@@ -233,6 +244,8 @@ class _Run:
         try:
             with self.counter if self.counter is not None else contextlib.nullcontext():
                 return root(*args, **kwargs)
+        except Warning:
+            raise  # a warning turned error (warnings.simplefilter("error")), as torch raises it
         except Exception as error:
             failure = error
             found = next((w for e, w in self.failures if e is error), None)
@@ -344,6 +357,39 @@ def rehearse(
     ``learned`` takes the sizes each lazy layer read before the run ended, even when it
     failed (the model's layers as keys).
     """
+    with apart():  # (inside a forward that a rehearsal runs, its FLOPs are not that forward's)
+        return _rehearse(model, args, kwargs, memoize, literal, training, count_flops, own, learned)
+
+
+@contextlib.contextmanager
+def apart() -> Iterator[None]:
+    """lazynn's own work inside the forward a rehearsal runs (a ``lazynn.summary`` or
+    ``build`` of a submodule, whose rehearsals count their own FLOPs): what the running
+    rehearsal's counter counts meanwhile is not the forward's, and is taken off its count.
+    Nested, it is taken off once."""
+    outer = context().rehearsal
+    if outer is None or outer.counted is None or outer.aside:
+        yield
+        return
+    outer.aside, start = True, outer.counted()
+    try:
+        yield
+    finally:
+        outer.apart += outer.counted() - start
+        outer.aside = False
+
+
+def _rehearse(
+    model: nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    memoize: bool = True,
+    literal: bool = False,
+    training: bool | None = None,
+    count_flops: bool = False,
+    own: bool = False,
+    learned: dict[nn.Module, dict[str, Any]] | None = None,
+) -> Rehearsal:
     if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
         meta_args = map_tensors(meta_like, tuple(args))
         meta_kwargs = map_tensors(meta_like, dict(kwargs))
@@ -371,8 +417,12 @@ def rehearse(
             output = run(root, meta_args, meta_kwargs)
     finally:
         here.rehearsal = outer
+        by_id = {id(m): m for m in run.modules.values()}
+        if outer is not None:  # inside another rehearsal's forward: its notes are that one's
+            for key, note in run.rehearsing.notes.items():
+                if key in by_id:
+                    outer.notes[id(_theirs(by_id[key], twin))] = note
         if learned is not None:
-            by_id = {id(m): m for m in run.modules.values()}
             for key, sizes in run.rehearsing.sizes.items():
                 if key in by_id and by_id[key] is not run.failed:  # (not the layer that
                     learned[_theirs(by_id[key], twin)] = dict(sizes)  # failed: its input)

@@ -13,7 +13,6 @@ import difflib
 import functools
 import math
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,16 +30,14 @@ _QUANTIZED = (torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.qui
 
 @functools.cache
 def _dtype_names() -> dict[str, torch.dtype]:
-    """Every name torch has for a dtype (``float16``, ``half``...), looked up without letting
-    a warning of torch's out."""
-    names = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in dir(torch):
-            value = getattr(torch, name, None)
-            if isinstance(value, torch.dtype) and not name.startswith("_"):
-                names[name] = value
-    return names
+    """Every name torch has for a dtype (``float16``, ``half``...), read from the module's
+    own dict: no deprecated attribute's ``__getattr__`` runs, so nothing warns (and no
+    warning filter, which is the process's, is changed)."""
+    return {
+        name: value
+        for name, value in vars(torch).items()
+        if isinstance(value, torch.dtype) and not name.startswith("_")
+    }
 
 
 def dtype_named(name: str) -> torch.dtype | None:

@@ -21,7 +21,10 @@ the same class whose attribute dict is the original's, with
   forward appends to) stays in the twin.
 
 Objects of other types are shared (a config, a tokenizer): a forward that keeps modules or
-tensors of the model in such an object reaches the real ones.
+tensors of the model in such an object reaches the real ones. What a rehearsal installed on
+its own twin (its recording hooks, the memoizing forwards of ``_memo``: :func:`rehearsal_only`)
+is left out of a twin made of that twin: a rehearsal inside the forward (a ``lazynn.build``
+or ``summary`` of a submodule) runs on a twin of its own, which the running one does not see.
 
 >>> import torch
 >>> model = torch.nn.Sequential(torch.nn.Linear(3, 2))
@@ -37,9 +40,9 @@ from __future__ import annotations
 import functools
 import types
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -49,7 +52,26 @@ from .._module.placeholder import relocate
 from .._module.state import LazyState
 from .._module.tensors import is_placeholder
 
-__all__ = ["Twin", "meta_twin", "meta_version"]
+__all__ = ["Twin", "meta_twin", "meta_version", "rehearsal_only"]
+
+
+#: the attribute of a hook or forward that a rehearsal installs on its twin (``rehearsal_only``)
+_ONLY = "_lazynn_rehearsal_only"
+#: the module attributes holding forward hooks
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rehearsal_only(fn: F) -> F:
+    """Mark ``fn``, a hook or forward a rehearsal installs on its twin (a method: its
+    function), as the rehearsal's own: a twin made of that twin leaves it out."""
+    setattr(fn, _ONLY, True)
+    return fn
+
+
+def _is_rehearsals(value: Any) -> bool:
+    return getattr(value, _ONLY, False) is True
 
 
 def meta_version(tensor: torch.Tensor) -> torch.Tensor:
@@ -188,8 +210,12 @@ def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
         for key, value in module.__dict__.items():
             if isinstance(value, RemovableHandle):
                 handles.append((attrs, key, value))  # once every dict has its twin
-            else:
+            elif not (key == "forward" and _is_rehearsals(value)):
                 attrs[key] = remap(value)
+        for key in _HOOKS:  # (a running rehearsal's recording hooks: not this twin's)
+            hooks = attrs.get(key)
+            for ident in [i for i, h in hooks.items() if _is_rehearsals(h)] if hooks else []:
+                del hooks[ident]
     for attrs, key, value in handles:
         attrs[key] = remap.handle(value)
     if shapes_only:

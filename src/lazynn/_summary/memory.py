@@ -18,8 +18,11 @@ layer the forward does not reach stays unbuilt and is not counted); then:
   (torch.compile's ``FakeTensorMode``: meta storage, no data, but the device a CPU is), so
   every kernel choice is the CPU's: on plain meta tensors ``scaled_dot_product_attention``
   takes the math kernel and saves the ``T x T`` attention weights, where a CPU (like a GPU)
-  takes flash attention. Storages are told apart by the identity of their ``StorageImpl``
-  (``StorageWeakRef``), since the data pointer of every meta storage is 0;
+  takes flash attention. Two CPU kernels keep more than their outputs' shapes show, and are
+  given the CPU's sizes (``kernels.py``): oneDNN's LSTM its workspace (every step's gates and
+  states), EmbeddingBag an ``offset2bag`` one element longer. Storages are told apart by the
+  identity of their ``StorageImpl`` (``StorageWeakRef``), since the data pointer of every meta
+  storage is 0;
 - ``optimizer_states``: the optimizer is constructed on the copy's trainable parameters,
   each is given a meta ``.grad`` and one ``step()`` runs; the bytes of every tensor in
   ``optimizer.state`` are summed, each tensor once (``step`` counters included: torch keeps
@@ -36,7 +39,8 @@ tensors are counted as the forward saves them: an in-place op that later changes
 tensor's storage does not change the count, and activation checkpointing, offloading,
 mixed precision (autocast) and ``torch.compile`` are not modelled (run the estimate on the
 model as it will be trained). Kernels are chosen as on a CPU: a GPU may choose others
-that save other tensors (memory-efficient or cuDNN attention, cuDNN's batch norm). A
+that save other tensors (memory-efficient or cuDNN attention, cuDNN's batch norm and
+LSTM workspace). A
 forward that reads values (``.item()``, data-dependent shapes) cannot run and is refused,
 and so, before anything runs, is an optimizer whose step cannot stand on meta (``LBFGS``
 needs a closure, ``SparseAdam`` sparse gradients); ``ASGD`` and ``Adafactor`` read values of
@@ -82,6 +86,7 @@ from .._module.tensors import is_placeholder, map_tensors, own_slots
 from .._rehearsal.rehearse import rehearse
 from .._rehearsal.spec import Spec, as_meta
 from .._rehearsal.twin import meta_twin
+from .kernels import CpuKernels
 
 __all__ = ["Memory", "optimizer_class", "supported_optimizers", "training_memory"]
 
@@ -98,8 +103,6 @@ class Memory:
     optimizer_states: int  # every tensor in optimizer.state after one step
     activations: int  # storages autograd saves for backward in one forward of the example
     optimizer: str  # the optimizer's class name, e.g. "AdamW"
-    #: where a figure is known to fall short, for the report (``nn.LSTM``'s fused kernels)
-    notes: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -115,7 +118,6 @@ class Memory:
             "activations": self.activations,
             "total": self.total,
             "optimizer": self.optimizer,
-            **({"notes": list(self.notes)} if self.notes else {}),
         }
 
 
@@ -125,6 +127,7 @@ def training_memory(
     example_kwargs: dict[str, Any] | None = None,
     optimizer: str | type[torch.optim.Optimizer] = "adamw",
     optimizer_kwargs: dict[str, Any] | None = None,
+    paged: bool = True,
 ) -> Memory:
     """Estimate the memory of one training step of ``model`` on the examples, on meta.
 
@@ -137,6 +140,8 @@ def training_memory(
             ``torch.optim`` in any case (``"adamw"``, ``"sgd"``...).
         optimizer_kwargs: passed to its constructor (``lr`` defaults to 1e-3 when the
             constructor requires one).
+        paged: an LSTM's oneDNN workspace as oneDNN lays it out, each part on 4 KiB pages
+            (False: its parts alone, linear in the batch, for figures per sample).
 
     Raises:
         LazynnError: an unknown optimizer name, or an optimizer that cannot step on meta;
@@ -162,7 +167,7 @@ def training_memory(
             p for p in _unique(twin.parameters()) if p.requires_grad and not is_placeholder(p)
         ]
         states = _optimizer_states(cls, trainable, dict(optimizer_kwargs or {}))
-        activations = _activations(twin, as_meta(tuple(example_inputs)), as_meta(kwargs))
+        activations = _activations(twin, as_meta(tuple(example_inputs)), as_meta(kwargs), paged)
     finally:
         saved_rng.restore()
     return Memory(
@@ -171,24 +176,6 @@ def training_memory(
         optimizer_states=states,
         activations=activations,
         optimizer=cls.__name__,
-        notes=_shortfalls(twin),
-    )
-
-
-def _shortfalls(model: nn.Module) -> tuple[str, ...]:
-    """Where the activations figure is known to fall short. ``nn.LSTM`` on a CPU runs a fused
-    kernel that saves what this forward on fake tensors does not: oneDNN's saves a workspace
-    and reordered weights (12x the counted bytes for a small 1-layer LSTM), ATen's LSTM cells
-    the gates of every step (3x); cuDNN's, on a GPU, a workspace too. GRU, RNN and the cells
-    are counted as their kernels save (tests/summary/test_training_memory.py)."""
-    lstms = [p for p, m in model.named_modules() if type(m) is nn.LSTM and not m.proj_size]
-    if not lstms:
-        return ()
-    where = ", ".join(f"'{p}'" for p in lstms[:4]) + (" ..." if len(lstms) > 4 else "")
-    return (
-        f"activations are a lower bound: nn.LSTM ({where}) runs a fused kernel that saves "
-        "more (on a CPU 3x to 12x the counted bytes: ATen's cells save every step's gates, "
-        "oneDNN a workspace; cuDNN on a GPU, a workspace)",
     )
 
 
@@ -383,10 +370,12 @@ def _storage_key(tensor: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(tensor.untyped_storage())
 
 
-def _activations(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+def _activations(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], paged: bool
+) -> int:
     """Bytes of the storages autograd saves in one training-mode forward of the meta
     ``model`` (its tensors are swapped for fake CPU tensors: it is a scratch copy), except
-    the storages of its parameters and buffers."""
+    the storages of its parameters and buffers; the CPU kernels' own (``kernels.py``)."""
     # FakeTensorMode is private (torch.compile's own fake tensors; no public equivalent):
     # fake CPU tensors hold no memory and, unlike meta tensors, make every choice a CPU
     # makes by device (scaled_dot_product_attention's kernel: flash on a CPU, math on meta).
@@ -427,6 +416,7 @@ def _activations(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
             torch.inference_mode(False),
             torch.enable_grad(),
             torch.autograd.graph.saved_tensors_hooks(pack, unpack),
+            CpuKernels(paged),
         ):
             try:
                 model(*args, **kwargs)

@@ -317,7 +317,6 @@ def _totals(summary: Report) -> list[str]:
             f"  optimizer states    {byte_size(memory.optimizer_states)}",
             f"  activations         {byte_size(memory.activations)}",
             f"  total               {byte_size(memory.total)}",
-            *(f"  note: {note}" for note in memory.notes),
         ]
     return lines
 

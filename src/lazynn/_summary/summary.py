@@ -22,7 +22,7 @@ from torch import nn
 from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
-from .._rehearsal.rehearse import Call, Rehearsal, rehearse
+from .._rehearsal.rehearse import Call, Rehearsal, apart, rehearse
 from .._rehearsal.spec import Spec
 from .memory import Memory, optimizer_class, training_memory
 from .render import render
@@ -205,7 +205,8 @@ def summary(
     )
     report = _collect(model, runs[0], mode, batch, runs[1], lazy_types)
     if training:  # per sample: activations are linear in the batch, the rest does not change
-        estimates = [_estimate(model, a, k, optimizer) for a, k in tries]
+        # (an LSTM's oneDNN workspace without its page rounding: per sample, linear)
+        estimates = [_estimate(model, a, k, optimizer, paged=False) for a, k in tries]
         _check_linear(
             {"": tuple(m.activations for m in estimates)}, "saved activations (bytes)", batch
         )
@@ -370,10 +371,13 @@ def _estimate(
     args: Any,
     kwargs: dict[str, Any],
     optimizer: str | type[torch.optim.Optimizer],
+    paged: bool = True,
 ) -> Memory:
-    """The training-memory estimate; a training step's refusal of the examples says so."""
+    """The training-memory estimate; a training step's refusal of the examples says so.
+    (Inside a forward that a rehearsal runs, what its step runs is not that forward's.)"""
     try:
-        return training_memory(model, args, kwargs, optimizer)
+        with apart():
+            return training_memory(model, args, kwargs, optimizer, paged=paged)
     except InferenceError as error:
         if "more than 1 value per channel when training" not in str(error):
             raise
