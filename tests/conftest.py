@@ -4,6 +4,10 @@ import pytest
 
 from registry import ROWS, Row
 
+# torchrl's own tests, run in a pytest process of their own (ecosystem/torchrl/README.md): their
+# conftest points torch's lazy names at lazynn's, which this suite's process must never do
+collect_ignore = ["ecosystem/torchrl"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # torch's own performance note (eager LSTMs with proj_size > 0 warn it too), not a
