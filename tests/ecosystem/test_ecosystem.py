@@ -259,27 +259,43 @@ def test_direct_forward_call_is_refused_clearly(row: Row) -> None:
     assert_same_module(layer, eager)
 
 
-@pytest.mark.parametrize("with_kwargs", [False, True])
-def test_pre_hook_reshaping_input_runs_before_build(with_kwargs: bool) -> None:
-    layer = lazynn.LazyLinear(3)
+def _flattening_hook(with_kwargs: bool) -> Any:
     if with_kwargs:
 
         def hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
         ) -> tuple[tuple[Any, ...], dict[str, Any]]:
             return (args[0].flatten(1),), kwargs
-    else:
 
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:  # type: ignore[misc]
-            return (args[0].flatten(1),)
+        return hook
+    return lambda module, args: (args[0].flatten(1),)
 
-    layer.register_forward_pre_hook(hook, with_kwargs=with_kwargs)
+
+@pytest.mark.parametrize("with_kwargs", [False, True])
+def test_pre_hooks_run_around_the_build_as_torchs(with_kwargs: bool) -> None:
+    """The build hook runs where torch's does: after pre-hooks registered before it (or with
+    prepend=True: a reshaping hook then decides the sizes), before those registered later
+    (tensordict's to_module registers one that must see the built parameters)."""
     n, c, h, w = 2, 3, 4, 5
-    y = layer(torch.randn(n, c, h, w))
+    x = torch.randn(n, c, h, w)
+    layer = lazynn.LazyLinear(3)
+    layer.register_forward_pre_hook(
+        _flattening_hook(with_kwargs), with_kwargs=with_kwargs, prepend=True
+    )
+    y = layer(x)
     assert type(layer) is nn.Linear
     assert layer.in_features == c * h * w
     assert y.shape == (n, 3)
     assert len(layer._forward_pre_hooks) == 1  # the user's hook stays, the build hook is gone
+
+    seen: dict[str, Any] = {}
+    for library in (nn, lazynn):
+        later = library.LazyLinear(3)
+        later.register_forward_pre_hook(
+            lambda module, args, name=library.__name__: seen.__setitem__(name, type(module.weight))
+        )
+        later(torch.randn(n, w))
+    assert seen == {"torch.nn": nn.Parameter, "lazynn": nn.Parameter}  # built before the hook
 
 
 def test_func_grad_over_functional_call_first_call(row: Row) -> None:

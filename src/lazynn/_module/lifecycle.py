@@ -89,7 +89,8 @@ def is_lazy_module(module: nn.Module) -> bool:
 
 
 def attach(module: nn.Module) -> None:
-    """Attach the build hook (last among pre-hooks)."""
+    """Attach the build hook: after the pre-hooks registered before it (a subclass's
+    ``__init__``), before those registered later, as torch's lazy modules do."""
     # `_initialize_hook` is the attribute dynamo and torch.compile look for (see module doc).
     module._initialize_hook = nn.Module.register_forward_pre_hook(  # type: ignore[assignment]
         module, pre_hook, with_kwargs=True

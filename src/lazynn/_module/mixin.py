@@ -268,23 +268,6 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         knew before the build); None: raise ``error`` itself."""
         return None
 
-    def register_forward_pre_hook(
-        self,
-        hook: Callable[..., Any],
-        *,
-        prepend: bool = False,
-        with_kwargs: bool = False,
-    ) -> RemovableHandle:
-        """As ``nn.Module``'s; while unbuilt, the build hook stays last.
-
-        So a user's pre-hook that reshapes the input runs before the sizes are read.
-        """
-        handle = super().register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
-        if is_unbuilt(self) and not prepend:
-            self._initialize_hook.remove()
-            attach(self)
-        return handle
-
     # --- checkpoints -------------------------------------------------------------------------
     def _lazynn_build_from_state(
         self, state_dict: dict[str, Any], prefix: str, assign: bool = False

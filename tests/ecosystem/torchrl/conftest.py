@@ -135,45 +135,8 @@ BASELINE = [
 ]
 
 # Failing with lazynn only: xfail(strict=True), so a fix shows (as an XPASS failure) and its
-# entry goes. The letters are the causes in README.md here; a test listing several needs each.
-A = (
-    "(a) a first call under torch.vmap is refused (torchrl builds one network per agent inside "
-    "vmap(randomness='same'))"
-)
-B = (
-    "(b) tensordict's stacked placeholder (tensordict.utils._BatchedUninitializedParameter, whose "
-    "materialize() adds the agent dimension) is built without its materialize()"
-)
-C = (
-    "(c) p.data of an unbuilt parameter is a Parameter: TensorDict.from_module(net).data..."
-    ".to_module(net) registers it as a parameter again"
-)
-D = (
-    "(d) lazynn.build warns the values of layers constructed in reverse order of use (Dreamer's "
-    "ObsDecoder) were changed after construction, which they were not"
-)
-E = (
-    "(e) the build hook runs after pre-hooks registered later (a deliberate difference: README): "
-    "tensordict's to_module registers one that wraps the weight for vmap, before it is built"
-)
-LAZYNN = [
-    *(
-        Known(AGENTS + test, f"{A}; {B}; {E}", {inputs: None, "share_params": False})
-        for test, inputs in (
-            ("test_multiagent_mlp", "n_agent_inputs"),
-            ("test_multiagent_cnn", "channels"),
-        )
-    ),
-    Known(AGENTS + "test_multiagent_mlp_lazy", f"{A}; {B}; {E}"),
-    Known(AGENTS + "test_multiagent_cnn_lazy", f"{A}; {B}; {E}"),
-    Known(AGENTS + "test_multiagent_mlp_init", C, {"n_agent_inputs": None, "share_params": True}),
-    Known(
-        AGENTS + "test_multiagent_mlp_init",
-        f"{C}; {A}; {B}; {E}",
-        {"n_agent_inputs": None, "share_params": False},
-    ),
-    Known("test_build.py::test_build_of_dreamer_decoder_warns_nothing", D),
-]
+# entry goes. None today: README.md here lists the causes found and fixed.
+LAZYNN: list[Known] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
