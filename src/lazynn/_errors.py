@@ -270,6 +270,13 @@ class ArgumentError(LazynnError, TypeError, ValueError):
     Subclasses both ``TypeError`` (an argument of the wrong type) and ``ValueError`` (torch
     refuses a constructor argument out of range with one, ``nn.Dropout(p=2)``), so code that
     guards a construction with either catches it.
+
+    >>> import lazynn
+    >>> try:
+    ...     lazynn.LazyLinear(768, 3072)  # the input size left in
+    ... except lazynn.ArgumentError as error:
+    ...     print(str(error).split(" Fix: ")[1].split(";")[0])
+    delete the input size, which lazynn infers: LazyLinear(3072)
     """
 
 

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import lazynn
-from lazynn._rehearsal.rehearse import Rehearsal, rehearse
+from lazynn._rehearsal.learnt import Rehearsal
+from lazynn._rehearsal.rehearse import rehearse
 from paths import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))

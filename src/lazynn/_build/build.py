@@ -40,7 +40,8 @@ from .._module.placeholder import relocate
 from .progress import Progress
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_ready
-from .._rehearsal.rehearse import Rehearsal, TensorInfo, apart, rehearse, warn_notes
+from .._rehearsal.learnt import Rehearsal, TensorInfo
+from .._rehearsal.rehearse import apart, rehearse, warn_notes
 from .replay import Plan, plan, scratch_init
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, context, find_state

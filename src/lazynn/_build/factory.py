@@ -43,7 +43,8 @@ from .._module.snapshot import OtherRandom, atomic
 from .._module.state import BUILD_LOCK, Constructing, Entry, find_state
 from .._program.program import attach
 from .._program.record import Recorder
-from .._rehearsal.rehearse import Rehearsal, rehearse, warn_notes
+from .._rehearsal.learnt import Rehearsal
+from .._rehearsal.rehearse import rehearse, warn_notes
 from .draft import MAX_DRAFTS, Layout, difference, drafted, layout, made, running
 from .queue import run_ready
 

@@ -20,7 +20,6 @@ import dataclasses
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,72 +52,13 @@ from .._module.tensors import (
     shapes,
 )
 from .failures import failure_of
+from .learnt import Call, Rehearsal, TensorInfo
 from .memo import Below, Memo
 from .meta_device import MetaDevice
 from .spec import as_meta
 from .twin import Twin, meta_twin, rehearsal_only
 
-__all__ = ["Call", "Rehearsal", "TensorInfo", "apart", "rehearse", "warn_notes"]
-
-
-@dataclass
-class Call:
-    """A module's calls in the rehearsal: the first call's shapes, how many, and their FLOPs
-    (in ``_Record.trace``: one call, or the calls of a skipped block's twin run)."""
-
-    path: str
-    inputs: list[tuple[tuple[int, ...], torch.dtype]]
-    outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
-    #: how many times the forward called it
-    count: int = 1
-    #: the FLOPs of all its calls, its submodules' included (when counted)
-    flops: int = 0
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A parameter or buffer as the build will make it."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    is_parameter: bool
-    requires_grad: bool
-    persistent: bool
-    ident: int  # id() of the real tensor (or placeholder) in the model: counts shared once
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
-
-
-@dataclass
-class Rehearsal:
-    """What the meta rehearsal learnt about a model."""
-
-    #: module path -> its first call (input and output shapes)
-    calls: dict[str, Call]
-    #: module path -> class name after the build
-    types: dict[str, str]
-    #: module path -> own tensors after the build
-    tensors: dict[str, list[TensorInfo]]
-    #: LazyLayer -> inferred sizes
-    sizes: dict[nn.Module, dict[str, int]]
-    #: other lazy modules (torch's, custom LazyModuleMixin) -> the meta inputs of their first call
-    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]]
-    #: lazy modules the forward never called
-    unreached: list[str]
-    #: the model's meta output
-    output: Any
-    #: path -> why a size a lazy layer read may not be the one meant (``_infer.ambiguity``)
-    notes: dict[str, str] = field(default_factory=dict)
+__all__ = ["apart", "rehearse", "warn_notes"]
 
 
 class _Record:

@@ -22,7 +22,8 @@ from torch import nn
 from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
-from .._rehearsal.rehearse import Call, Rehearsal, apart, rehearse
+from .._rehearsal.learnt import Call, Rehearsal
+from .._rehearsal.rehearse import apart, rehearse
 from .._rehearsal.spec import Spec
 from .memory import Memory, optimizer_class, training_memory
 from .render import render
