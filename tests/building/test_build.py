@@ -171,6 +171,34 @@ def test_layers_constructed_in_another_order_than_registered_build_as_eager(
     assert torch.equal(state, torch.get_rng_state())
 
 
+@pytest.mark.parametrize("door", ["build", "meta"])
+def test_a_lazy_layer_registered_last_but_constructed_first_starts_the_stream(door: str) -> None:
+    """Constructed c (lazy), b (eager), a (lazy), registered a, b, c: the replay starts where
+    the first lazy layer constructed was, so the build is the eager model constructed in
+    that order, with no warning."""
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+
+    def model(lazy: bool) -> nn.Sequential:
+        c = lazynn.LazyLinear(2) if lazy else nn.Linear(4, 2)
+        b = nn.Linear(5, 4)
+        a = lazynn.LazyLinear(5) if lazy else nn.Linear(3, 5)
+        return nn.Sequential(a, b, c)
+
+    torch.manual_seed(0)
+    mixed = model(lazy=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if door == "build":
+            mixed = lazynn.build(mixed, x)
+        else:
+            mixed = lazynn.materialize(lazynn.build(mixed, x, device="meta"))
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    eager = model(lazy=False)
+    same_state(mixed, eager)
+    assert torch.equal(after, torch.get_rng_state())
+
+
 def test_eager_layer_changed_after_construction_is_kept_with_a_warning() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 3), nn.Linear(3, 2))

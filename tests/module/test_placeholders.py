@@ -32,6 +32,7 @@ from hypothesis import given, settings
 from torch import nn
 
 import lazynn
+from compare import assert_same_module
 from registry import (
     ROWS,
     TENSOR_ROWS,
@@ -560,3 +561,81 @@ def test_a_materialize_that_keeps_the_shape_keeps_the_eager_values() -> None:
     assert torch.equal(layer.weight, eager.weight)
     assert torch.equal(layer.bias, eager.bias)
     assert torch.equal(y, eager(x))
+
+
+class _Scaled(nn.Module):
+    """Its reset_parameters() covers ``weight`` only; ``scale`` is set in ``__init__``; and a
+    class without reset_parameters (``_Affine``)."""
+
+    def __init__(self, n: int, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n, device=device, dtype=dtype))
+        self.scale = nn.Parameter(torch.full((n,), 3.0, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight * self.scale
+
+
+class _Affine(nn.Module):
+    def __init__(self, n: int, out: int, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(out, n, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.T
+
+
+class _Kept(lazynn.UninitializedParameter):
+    """A materialize() hook that keeps the shape it is given (one that logs, say)."""
+
+    def materialize(self, shape: Any, device: Any = None, dtype: Any = None) -> None:
+        super().materialize(shape, device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("door", ["first call", "build", "meta"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (lazynn.lazy(_Scaled, n=lazynn.Infer(dim=-1))(), lambda: _Scaled(4)),
+        lambda: (lazynn.lazy(_Affine, n=lazynn.Infer(dim=-1))(out=3), lambda: _Affine(4, 3)),
+        lambda: (lazynn.LazyMultiheadAttention(2), lambda: nn.MultiheadAttention(4, 2)),
+    ],
+    ids=["reset-covers-part", "no-reset", "multihead-attention"],
+)
+def test_a_materialize_hook_that_keeps_the_shape_builds_the_eager_layer_through_every_door(
+    make: Any, door: str
+) -> None:
+    """Every tensor gets the eager value (those reset_parameters() does not cover too; a
+    class with none builds), through a first call, build and build on meta + materialize."""
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    layer, eager_of = make()
+    name = next(iter(dict(layer.named_parameters())))
+    path, _, leaf = name.rpartition(".")
+    setattr(layer.get_submodule(path), leaf, _Kept())
+    args = (x, x, x) if isinstance(layer, lazynn.LazyMultiheadAttention) else (x,)
+    if door == "first call":
+        layer(*args)
+    elif door == "build":
+        layer = lazynn.build(layer, *args)
+    else:
+        layer = lazynn.materialize(lazynn.build(layer, *args, device="meta"))
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    eager = eager_of()
+    assert torch.equal(after, torch.get_rng_state())
+    assert_same_module(layer, eager)
+
+
+def test_a_parameter_made_of_an_unbuilt_data_is_a_parameter_once_built() -> None:
+    """``nn.Parameter(p.data)`` on an unbuilt p: a placeholder flagged as a parameter, which
+    its build makes an ``nn.Parameter`` (not a plain tensor)."""
+    encoder, decoder = lazynn.LazyLinear(3), lazynn.LazyLinear(3)
+    decoder.weight = nn.Parameter(encoder.weight.data)
+    decoder(torch.randn(2, 3))
+    assert type(decoder.weight) is nn.Parameter
+    assert [n for n, _ in decoder.named_parameters()] == ["weight", "bias"]

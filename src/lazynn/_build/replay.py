@@ -123,6 +123,12 @@ def plan(
         return Plan(notes=notes)
     owned = {id(t) for _, m in order[: first + 1] for t in own_tensors(m)}
     stream = _Stream(owned)
+    # (the stream starts where the first lazy layer constructed was: a layer registered later
+    # may have been constructed first)
+    births = [find_state(m) for _, m in order[first:] if m in lazy]
+    earliest = min((s for s in births if s is not None and s.rng is not None), key=lambda s: s.birth)
+    state = earliest if earliest.birth < state.birth else state
+    assert state.rng is not None  # (earliest has one)
     end = stream.replay(state.rng, eager_after)
     # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
     if stream.stopped is None and not torch.equal(end, now):

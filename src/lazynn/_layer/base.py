@@ -62,6 +62,7 @@ from .construct import (
 from .fill import (
     Pending,
     commit,
+    copy_kept,
     materialize_each,
     plan_moves,
     reset_known_buffers,
@@ -327,6 +328,9 @@ class LazyLayer(LazyModuleMixin):
         chosen = sizes.pop(CLASS_KEY, None)
         if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
             self.__dict__["cls_to_become"] = chosen
+        placed = list(self._lazynn_slots())
+        if self._lazynn_through_materialize(placed, device):
+            return self._lazynn_build_through_materialize(sizes, placed, device, dtype, source)
         eager = source if source is not None else self._lazynn_new_eager(sizes, device, dtype)
 
         def elsewhere(held: torch.device) -> nn.Module:
@@ -336,14 +340,6 @@ class LazyLayer(LazyModuleMixin):
             finally:
                 saved.restore()
 
-        placed = list(self._lazynn_slots())
-        if any(hooks_materialize(t) for _, t in placed):
-            pending, unset = materialize_each(self, eager, placed, device, dtype)
-            reset_known_buffers(self, eager, self.known_buffers, device)
-            take_settings(self, eager)
-            if unset:
-                self._lazynn_reset_as_eager()
-            return pending
         moves = plan_moves(self, eager, placed, device, dtype, elsewhere)
         reset_known_buffers(self, eager, self.known_buffers, device)
         pending = commit(moves)
@@ -354,12 +350,55 @@ class LazyLayer(LazyModuleMixin):
         """Whether a placeholder's class has its own ``materialize()`` (see ``_lazynn_build``)."""
         return any(hooks_materialize(t) for _, t in self._lazynn_slots())
 
+    def _lazynn_through_materialize(
+        self, placed: list[tuple[Slot, torch.Tensor]], device: torch.device | str | None
+    ) -> bool:
+        """Whether this build goes through the placeholders' own ``materialize()``: one has
+        its own, and they stay on their device type (a build recorded on meta, or one that
+        moves them to another device type, fills them as any placeholder)."""
+        if recording() is not None or not any(hooks_materialize(t) for _, t in placed):
+            return False
+        held = {raw(t).device.type for _, t in placed if is_placeholder(t)}
+        return device is None or held == {torch.device(device).type}
+
+    def _lazynn_build_through_materialize(
+        self,
+        sizes: Mapping[str, int],
+        placed: list[tuple[Slot, torch.Tensor]],
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+        source: nn.Module | None,
+    ) -> Pending:
+        """The build through each placeholder's own ``materialize()``, as torch's lazy
+        modules build (tensordict's batched placeholders add an agent dimension there). Each
+        is materialized with the eager tensor's shape; the eager layer's values go where the
+        shape was kept. Where a ``materialize()`` gave another shape, the generator is put back
+        where the build began and the eager class's ``reset_parameters()`` initializes the
+        layer, drawing what torch's lazy modules draw."""
+        layout = source if source is not None else self._lazynn_construct(sizes, "meta")
+        placed = [(slot, t) for slot, t in placed if is_placeholder(t)]
+        where = device if device is not None else raw(placed[0][1]).device if placed else None
+        pending, changed = materialize_each(layout, placed, device, dtype)
+        start = RandomState() if changed else None
+        real = source
+        if real is None or any(t.is_meta for t in (*real.parameters(), *real.buffers())):
+            # (where the placeholders were: on meta, in a rehearsal's twin, it draws nothing)
+            real = self._lazynn_new_eager(sizes, where, dtype)
+        copy_kept(real, placed)
+        reset_known_buffers(self, real, self.known_buffers, device)
+        take_settings(self, real)
+        if start is not None:
+            start.restore()
+            self._lazynn_reset_as_eager()
+        return pending
+
     def _lazynn_reset_as_eager(self) -> None:
         """Initialize the layer's tensors by its eager class's ``reset_parameters()``, as
         torch's lazy modules do after materializing (tensors whose own ``materialize()``
         shaped them otherwise than the eager layer's)."""
         eager_class = self.cls_to_become
         reset = getattr(eager_class, "reset_parameters", None)
+        reset = reset if callable(reset) else getattr(eager_class, "_reset_parameters", None)
         if not callable(reset):
             raise InferenceError(
                 message(

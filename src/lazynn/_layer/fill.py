@@ -34,6 +34,7 @@ __all__ = [
     "Move",
     "Pending",
     "commit",
+    "copy_kept",
     "materialize_each",
     "plan_moves",
     "reset_known_buffers",
@@ -164,37 +165,39 @@ def commit(moves: list[Move]) -> Pending:
 
 
 def materialize_each(
-    layer: nn.Module,
-    eager: nn.Module,
+    layout: nn.Module,
     placed: Iterable[tuple[Slot, torch.Tensor]],
     device: torch.device | str | None,
     dtype: torch.dtype | None,
 ) -> tuple[Pending, bool]:
-    """The build of a layer with a placeholder whose class has its own ``materialize()``
-    (``hooks_materialize``), through each placeholder's ``materialize()`` with the eager
-    tensor's shape, as torch's lazy modules build. A placeholder that took that shape takes
-    the eager value (where ``eager`` was constructed for real); returns the initializations
-    written on the placeholders, and whether some tensor has no value yet (its
-    ``materialize()`` gave another shape, or ``eager`` is on meta): the layer's
-    ``reset_parameters()`` then initializes it, as torch's lazy modules do."""
-    modules = dict(eager.named_modules())
+    """Materialize each placeholder through its own ``materialize()`` (a subclass may
+    override it: ``hooks_materialize``) with the shape of its tensor in ``layout`` (the eager
+    layer, on meta or real), as torch's lazy modules build. Returns the initializations
+    written on the placeholders, and whether some ``materialize()`` gave another shape."""
+    modules = dict(layout.named_modules())
     pending: Pending = []
-    unset = False
+    changed = False
     for (prefix, name), tensor in placed:
         if not is_placeholder(tensor):
             continue
-        value = getattr(modules[prefix], name).detach()
+        like = getattr(modules[prefix], name)
         pending += [(init, tensor) for init in inits_of(tensor)]  # (before it is built)
-        kind = dtype if dtype is not None and value.is_floating_point() else None
-        tensor.materialize(  # type: ignore[attr-defined]
-            tuple(value.shape), device=None if device is None else value.device, dtype=kind
-        )
-        if tuple(tensor.shape) == tuple(value.shape) and not value.is_meta:
-            with torch.no_grad():
+        kind = dtype if dtype is not None and like.is_floating_point() else None
+        tensor.materialize(tuple(like.shape), device=device, dtype=kind)  # type: ignore[attr-defined]
+        changed = changed or tuple(tensor.shape) != tuple(like.shape)
+    return pending, changed
+
+
+def copy_kept(eager: nn.Module, placed: Iterable[tuple[Slot, torch.Tensor]]) -> None:
+    """Give each tensor of ``placed`` (just materialized) that has its eager shape the eager
+    value (those whose ``materialize()`` changed the shape are left to
+    ``reset_parameters()``)."""
+    modules = dict(eager.named_modules())
+    with torch.no_grad():
+        for (prefix, name), tensor in placed:
+            value = getattr(modules[prefix], name)
+            if tensor is not value and tuple(tensor.shape) == tuple(value.shape):
                 tensor.copy_(value)
-        else:
-            unset = True
-    return pending, unset
 
 
 def _to_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> None:

@@ -249,6 +249,8 @@ def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
     with torch._C.DisableTorchFunctionSubclass():
         placeholder.data = data
     target = type(placeholder).cls_to_become  # type: ignore[attr-defined]
+    if placeholder.__dict__.pop("_is_param", False):  # nn.Parameter(p.data): a parameter
+        target = nn.Parameter
     placeholder.__class__ = target
     for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent", PROBE, INITS):
         placeholder.__dict__.pop(attr, None)
