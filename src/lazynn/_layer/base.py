@@ -63,8 +63,10 @@ from .fill import (
     Pending,
     commit,
     copy_kept,
+    goes_through_materialize,
     materialize_each,
     plan_moves,
+    reset_as_eager,
     reset_known_buffers,
     take_settings,
 )
@@ -329,7 +331,7 @@ class LazyLayer(LazyModuleMixin):
         if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
             self.__dict__["cls_to_become"] = chosen
         placed = list(self._lazynn_slots())
-        if self._lazynn_through_materialize(placed, device):
+        if goes_through_materialize(placed, device):
             return self._lazynn_build_through_materialize(sizes, placed, device, dtype, source)
         eager = source if source is not None else self._lazynn_new_eager(sizes, device, dtype)
 
@@ -349,17 +351,6 @@ class LazyLayer(LazyModuleMixin):
     def _lazynn_hooked(self) -> bool:
         """Whether a placeholder's class has its own ``materialize()`` (see ``_lazynn_build``)."""
         return any(hooks_materialize(t) for _, t in self._lazynn_slots())
-
-    def _lazynn_through_materialize(
-        self, placed: list[tuple[Slot, torch.Tensor]], device: torch.device | str | None
-    ) -> bool:
-        """Whether this build goes through the placeholders' own ``materialize()``: one has
-        its own, and they stay on their device type (a build recorded on meta, or one that
-        moves them to another device type, fills them as any placeholder)."""
-        if recording() is not None or not any(hooks_materialize(t) for _, t in placed):
-            return False
-        held = {raw(t).device.type for _, t in placed if is_placeholder(t)}
-        return device is None or held == {torch.device(device).type}
 
     def _lazynn_build_through_materialize(
         self,
@@ -389,36 +380,9 @@ class LazyLayer(LazyModuleMixin):
         take_settings(self, real)
         if start is not None:
             start.restore()
-            self._lazynn_reset_as_eager()
+            reset_as_eager(self)
         return pending
 
-    def _lazynn_reset_as_eager(self) -> None:
-        """Initialize the layer's tensors by its eager class's ``reset_parameters()``, as
-        torch's lazy modules do after materializing (tensors whose own ``materialize()``
-        shaped them otherwise than the eager layer's)."""
-        eager_class = self.cls_to_become
-        reset = getattr(eager_class, "reset_parameters", None)
-        reset = reset if callable(reset) else getattr(eager_class, "_reset_parameters", None)
-        if not callable(reset):
-            raise InferenceError(
-                message(
-                    module_path(self),
-                    "an eager class with reset_parameters() to initialize tensors whose own "
-                    "materialize() gave them another shape than the eager layer's",
-                    f"{eager_class.__name__}, which has none",
-                    "initialize those tensors in your code after the first call, or give the "
-                    "placeholders a materialize() that keeps the shape it is given",
-                )
-            )
-        own = type(self)
-        self.__class__ = eager_class  # type: ignore[assignment]  # (its code, on this layer; the build swaps it for good)
-        try:
-            with torch.no_grad():
-                reset(self)
-        finally:
-            self.__class__ = own
-
-    # --- building from a checkpoint -------------------------------------------------------
     def _lazynn_new_eager(
         self,
         sizes: Mapping[str, Any],

@@ -22,10 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import module_path
+from .._errors import InferenceError, message, module_path
 from .._module.deferred import SELF, Init, inits_of
-from .._module.placeholder import fill
+from .._module.placeholder import fill, hooks_materialize
 from .._module.tensors import is_placeholder, raw
+from .._program.record import recording
 from .construct import MODULE_KEYS, Slot, key_text
 from .inputs import substitute_error
 
@@ -35,8 +36,10 @@ __all__ = [
     "Pending",
     "commit",
     "copy_kept",
+    "goes_through_materialize",
     "materialize_each",
     "plan_moves",
+    "reset_as_eager",
     "reset_known_buffers",
     "take_settings",
 ]
@@ -198,6 +201,46 @@ def copy_kept(eager: nn.Module, placed: Iterable[tuple[Slot, torch.Tensor]]) -> 
             value = getattr(modules[prefix], name)
             if tensor is not value and tuple(tensor.shape) == tuple(value.shape):
                 tensor.copy_(value)
+
+
+def goes_through_materialize(
+    placed: Iterable[tuple[Slot, torch.Tensor]], device: torch.device | str | None
+) -> bool:
+    """Whether a build goes through the placeholders' own ``materialize()``: one has its
+    own (``hooks_materialize``), and they stay on their device type (a build recorded on
+    meta, or one that moves them to another device type, fills them as any placeholder)."""
+    placed = list(placed)
+    if recording() is not None or not any(hooks_materialize(t) for _, t in placed):
+        return False
+    held = {raw(t).device.type for _, t in placed if is_placeholder(t)}
+    return device is None or held == {torch.device(device).type}
+
+
+def reset_as_eager(layer: nn.Module) -> None:
+    """Initialize ``layer``'s tensors by its eager class's ``reset_parameters()`` (or
+    ``_reset_parameters()``), as torch's lazy modules do after materializing: for tensors
+    whose own ``materialize()`` shaped them otherwise than the eager layer's."""
+    eager_class: Any = layer.cls_to_become
+    reset = getattr(eager_class, "reset_parameters", None)
+    reset = reset if callable(reset) else getattr(eager_class, "_reset_parameters", None)
+    if not callable(reset):
+        raise InferenceError(
+            message(
+                module_path(layer),
+                "an eager class with reset_parameters() to initialize tensors whose own "
+                "materialize() gave them another shape than the eager layer's",
+                f"{eager_class.__name__}, which has none",
+                "initialize those tensors in your code after the first call, or give the "
+                "placeholders a materialize() that keeps the shape it is given",
+            )
+        )
+    own = type(layer)
+    layer.__class__ = eager_class  # (its code, on this layer; the build swaps it for good)
+    try:
+        with torch.no_grad():
+            reset(layer)
+    finally:
+        layer.__class__ = own
 
 
 def _to_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> None:
