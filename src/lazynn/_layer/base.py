@@ -42,7 +42,6 @@ from .._module.callers import under_dynamo, untraced
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import finish, in_build, is_unbuilt, rehearsing, warn_built
 from .._module.mixin import LazyModuleMixin
-from .._module.placeholder import hooks_materialize
 from .._module.snapshot import RandomState
 from .._module.state import LazyState, context, lazy_state
 from .._module.tensors import is_placeholder, raw
@@ -246,7 +245,11 @@ class LazyLayer(LazyModuleMixin):
             # The rehearsal runs this layer's forward right after, and restores everything
             # if it fails: checking on meta first would only run the forward twice.
             shadow = source = self._lazynn_shadow(sizes)
-        elif on_meta or under_dynamo() or (hooked := self._lazynn_hooked()):
+        elif (
+            on_meta
+            or under_dynamo()
+            or (hooked := goes_through_materialize(self._lazynn_slots(), None))
+        ):
             # (a placeholder with its own materialize() is built through it and initialized by
             # reset_parameters(), as torch's lazy modules are: the eager layer on meta)
             # No real forward follows to check the input (dynamo builds, then traces; a layer
@@ -347,10 +350,6 @@ class LazyLayer(LazyModuleMixin):
         pending = commit(moves)
         take_settings(self, eager)
         return pending
-
-    def _lazynn_hooked(self) -> bool:
-        """Whether a placeholder's class has its own ``materialize()`` (see ``_lazynn_build``)."""
-        return any(hooks_materialize(t) for _, t in self._lazynn_slots())
 
     def _lazynn_build_through_materialize(
         self,
