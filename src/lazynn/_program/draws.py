@@ -1,13 +1,15 @@
 """Drawing part of a random fill: the numbers a whole ``uniform_`` or ``normal_`` would put in one
-slice or block of a tensor, drawing the whole stream in bounded chunks (a sharded tensor's
-block; a fill whose values nothing keeps, drawn only to move its generator on).
+slice or block of a tensor (a sharded tensor's block), or none of them (a fill whose values
+nothing keeps, drawn only to move its generator on).
 
-Chunking preserves the numbers of the CPU kernels torch uses (``uniform_`` draws one number
-per element in order; ``normal_`` draws all its uniforms first and transforms them in blocks
-of 16, recomputing the last 16 when the size is not a multiple of 16). Chunks therefore
-start at multiples of 16 and the last is at least 16 long. tests/materialize/test_sharded_draws.py
-checks this against torch for many sizes and dtypes, so a kernel change fails a test, not a
-model.
+Pieces of a fill drawn apart preserve the numbers of the CPU kernels torch uses (``uniform_``
+draws one number per element in order; ``normal_`` draws all its uniforms first and transforms
+them in blocks of 16, recomputing the last 16 when the size is not a multiple of 16). Pieces
+therefore start at multiples of 16 and the last is at least 16 long. The words of the pieces
+nobody keeps are skipped (``stream.py``: jumped, or drawn through by numpy, many skips merged
+into one), where the fill's words are known; elsewhere (CUDA, a release whose self-test failed)
+they are drawn in bounded chunks and dropped. tests/materialize/test_sharded_draws.py checks
+this against torch for many sizes and dtypes, so a kernel change fails a test, not a model.
 
 >>> import torch
 >>> _ = torch.manual_seed(0)
@@ -28,6 +30,9 @@ from typing import Any
 
 import torch
 
+from .jump import jump_pays
+from .stream import Stream, fill_words
+
 __all__ = ["CHUNK", "FILLS", "draw_region", "draw_slice", "draw_through"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see the module doc)
@@ -37,6 +42,123 @@ FILLS: dict[str, Callable[..., Any]] = {
 }
 #: elements per chunk of the stream (a multiple of 16): 4 MiB of float32
 CHUNK = 1 << 20
+_KINDS = {torch.Tensor.uniform_: "uniform", torch.Tensor.normal_: "normal"}
+
+
+class _Cursor:
+    """One fill's stream, walked from its first element to its last: :meth:`skip_to` an
+    element, :meth:`draw` a range of elements into memory."""
+
+    def __init__(
+        self,
+        fill: Callable[..., Any],
+        full_shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        chunk: int,
+        stream: Stream | None,
+    ) -> None:
+        self.fill, self.dtype, self.device, self.args = fill, dtype, device, args
+        self.kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+        self.total = math.prod(full_shape)
+        self.chunk = max(16, chunk - chunk % 16)
+        self.kind = _KINDS.get(fill, "")
+        generator = kwargs.get("generator")
+        if stream is None and device.type == "cpu":
+            stream = Stream(generator if generator is not None else torch.default_generator)
+            self.own = True
+        else:
+            self.own = False
+        self.stream = stream
+        self.generator = generator
+        self.at = 0  # the first element not yet drawn or skipped
+        self.scratch: torch.Tensor | None = None
+
+    def words(self, upto: int) -> int | None:
+        return fill_words(self.kind, self.dtype, self.total, upto)
+
+    def _fill(self, memory: torch.Tensor) -> None:
+        generator = self.stream.settle() if self.stream is not None else self.generator
+        if generator is not None:
+            self.fill(memory, *self.args, **self.kwargs, generator=generator)
+        else:
+            self.fill(memory, *self.args, **self.kwargs)
+
+    def _pieces(self, lo: int, hi: int) -> list[int]:
+        """Bounds of pieces from ``lo`` to ``hi``: multiples of 16, at most a chunk each, the
+        last piece of the fill at least 16 long."""
+        points = [*range(lo, hi, self.chunk), hi]
+        if len(points) > 2 and hi == self.total and hi - points[-2] < 16:
+            del points[-2]
+        return points
+
+    def _buffer(self, size: int) -> torch.Tensor:
+        if self.scratch is None or self.scratch.numel() < size:
+            self.scratch = torch.empty(
+                max(size, min(self.chunk + 16, self.total)), dtype=self.dtype, device=self.device
+            )
+        return self.scratch[:size]
+
+    def skip_to(self, end: int) -> None:
+        """Move on to element ``end`` (a multiple of 16, or the fill's end) without keeping
+        what lies between."""
+        if end <= self.at:
+            return
+        before, after = self.words(self.at), self.words(end)
+        if (
+            self.stream is not None
+            and self.stream.jumps
+            and before is not None
+            and after is not None
+        ):
+            self.stream.skip(after - before)
+        else:
+            for lo, hi in itertools.pairwise(self._pieces(self.at, end)):
+                self._fill(self._buffer(hi - lo))
+        self.at = end
+
+    def draw(self, flat: torch.Tensor, start: int) -> None:
+        """Fill ``flat`` (contiguous) with elements ``start : start + flat.numel()``."""
+        stop = start + flat.numel()
+        lo = start - start % 16
+        hi = min(self.total, -(-stop // 16) * 16)
+        if self.kind != "uniform" and stop > self.total - 16:
+            hi = self.total  # (normal_ draws the last 16 again when they are no block)
+        if hi == self.total and hi - lo < 16:
+            lo = max(0, (self.total - 16) - (self.total - 16) % 16)
+        if lo < self.at:  # (a piece drawn before ends in this 16-block: draw on from it)
+            raise AssertionError("lazynn: overlapping draws of one fill")
+        self.skip_to(lo)
+        for a, b in itertools.pairwise(self._pieces(lo, hi)):
+            if start <= a and b <= stop:  # wholly wanted: drawn in place
+                self._fill(flat[a - start : b - start])
+                continue
+            buffer = self._buffer(b - a)
+            self._fill(buffer)
+            x, y = max(a, start), min(b, stop)
+            if x < y:
+                flat[x - start : y - start].copy_(buffer[x - a : y - a])
+        self.at = hi
+
+    def finish(self) -> None:
+        """Move on to the fill's end; a stream of its own settled."""
+        self.skip_to(self.total)
+        if self.own and self.stream is not None:
+            self.stream.settle()
+
+
+def _cursor(
+    out: torch.Tensor,
+    fill: Callable[..., Any],
+    full_shape: tuple[int, ...],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    chunk: int,
+    stream: Stream | None,
+) -> _Cursor:
+    return _Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
 
 
 def draw_slice(
@@ -47,30 +169,17 @@ def draw_slice(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     chunk: int = CHUNK,
+    stream: Stream | None = None,
 ) -> None:
     """Fill ``out`` with elements ``start : start + out.numel()`` (flat, row-major) of what
-    ``fill(torch.empty(full_shape), *args)`` would draw, drawing the whole stream."""
-    total = math.prod(full_shape)
-    chunk = max(16, chunk - chunk % 16)
-    bounds = list(range(0, total, chunk))
-    if len(bounds) > 1 and total - bounds[-1] < 16:
-        bounds.pop()  # the last chunk must hold at least 16 elements
-    bounds.append(total)
-    flat = out.view(-1)
-    stop = start + flat.numel()
-    scratch: torch.Tensor | None = None  # one buffer for the chunks not wholly this slice's
-    for lo, hi in itertools.pairwise(bounds):
-        a, b = max(lo, start), min(hi, stop)
-        if a == lo and b == hi:  # wholly inside the slice: draw in place (a contiguous view)
-            fill(flat[lo - start : hi - start], *args, **kwargs)
-            continue
-        if scratch is None:  # (as wide as the widest chunk: no wider than the tensor)
-            widest = max(y - x for x, y in itertools.pairwise(bounds))
-            scratch = torch.empty(widest, dtype=out.dtype, device=out.device)
-        buffer = scratch[: hi - lo]
-        fill(buffer, *args, **kwargs)
-        if a < b:
-            flat[a - start : b - start].copy_(buffer[a - lo : b - lo])
+    ``fill(torch.empty(full_shape), *args)`` would draw, leaving the generator where the whole
+    fill does. ``stream``: the generator's :class:`~lazynn._program.stream.Stream` (skips
+    merged with others'); default: the generator in ``kwargs`` (or the default one), settled
+    on return."""
+    cursor = _cursor(out, fill, full_shape, args, kwargs, chunk, stream)
+    if out.numel():
+        cursor.draw(out.view(-1), start)
+    cursor.finish()
 
 
 def draw_region(
@@ -81,13 +190,16 @@ def draw_region(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     chunk: int = CHUNK,
+    stream: Stream | None = None,
 ) -> None:
     """Fill ``out`` with the block at ``offset`` (one start per dimension, ``out``'s shape) of
-    what ``fill(torch.empty(full_shape), *args)`` would draw, drawing the whole stream.
+    what ``fill(torch.empty(full_shape), *args)`` would draw (``stream`` as in
+    :func:`draw_slice`).
 
     A block whose elements are contiguous in the full tensor (a ``Shard(0)`` shard) is one
     flat slice (:func:`draw_slice`). Any other (a ``Shard(1)`` column block, a 2-D shard) is
-    drawn in chunks of whole rows of dim 0, each copied from where it overlaps the block.
+    drawn in pieces of whole rows of dim 0, each copied from where it overlaps the block; or,
+    where the gap between a row's part and the next row's is worth a jump, row by row.
 
     >>> _ = torch.manual_seed(0)
     >>> full = torch.empty(5, 40).uniform_()
@@ -98,8 +210,10 @@ def draw_region(
     True
     """
     shape = tuple(out.shape)
+    strides = [math.prod(full_shape[d + 1 :]) for d in range(len(full_shape))]
+    start = sum(o * st for o, st in zip(offset, strides, strict=True))
     if math.prod(shape) == 0:  # an empty shard (uneven sharding): draw the stream, keep none
-        draw_slice(out, fill, full_shape, 0, args, kwargs, chunk)
+        draw_slice(out, fill, full_shape, 0, args, kwargs, chunk, stream)
         return
     # contiguous in the full tensor: size 1 before the first partial dim, full after it
     partial = next((d for d in range(len(shape)) if shape[d] != full_shape[d]), None)
@@ -107,29 +221,41 @@ def draw_region(
         all(shape[d] == 1 for d in range(partial))
         and all(shape[d] == full_shape[d] for d in range(partial + 1, len(shape)))
     ):
-        strides = [math.prod(full_shape[d + 1 :]) for d in range(len(full_shape))]
-        start = sum(o * st for o, st in zip(offset, strides, strict=True))
-        draw_slice(out, fill, full_shape, start, args, kwargs, chunk)
+        draw_slice(out, fill, full_shape, start, args, kwargs, chunk, stream)
         return
-    row = math.prod(full_shape[1:])
-    rows = full_shape[0]
-    step = 16 // math.gcd(row, 16)  # rows per chunk: a multiple of this keeps chunks at 16s
-    per = max(step, (max(chunk, row) // row) // step * step)
-    bounds = list(range(0, rows, per))
-    if len(bounds) > 1 and (rows - bounds[-1]) * row < 16:
-        bounds.pop()  # the last chunk must hold at least 16 elements
-    bounds.append(rows)
-    widest = max(hi - lo for lo, hi in itertools.pairwise(bounds))
-    scratch = torch.empty(widest * row, dtype=out.dtype, device=out.device)
-    inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
+    cursor = _cursor(out, fill, full_shape, args, kwargs, chunk, stream)
+    row, rows = strides[0], full_shape[0]
     first, last = offset[0], offset[0] + shape[0]
+    in_row = math.prod(shape[1:])
+    wide = 2 if out.dtype == torch.float64 else 1
+    rowwise = all(shape[d] == full_shape[d] for d in range(2, len(shape)))  # (a run a row)
+    if rowwise and cursor.words(0) is not None and jump_pays((row - in_row) * wide, True):
+        for r in range(first, last):  # each row's run, the gaps between jumped
+            cursor.draw(out[r - first].reshape(-1), start + (r - first) * row)
+        cursor.finish()
+        return
+    step = 16 // math.gcd(row, 16)  # rows per piece: a multiple of this keeps pieces at 16s
+    per = max(step, (max(chunk, row) // row) // step * step)
+    lo_row = first - first % step
+    hi_row = min(rows, -(-last // step) * step)
+    if (rows - hi_row) * row < 16:
+        hi_row = rows  # (normal_'s last 16, drawn again)
+    bounds = [*range(lo_row, hi_row, per), hi_row]
+    if hi_row == rows and (rows - bounds[-2]) * row < 16:
+        if len(bounds) > 2:
+            del bounds[-2]
+        else:  # (one short last piece: start it earlier, at least 16 elements)
+            bounds[0] = max(0, rows - step * -(-16 // (step * row)))
+    inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
+    cursor.skip_to(bounds[0] * row)
     for lo, hi in itertools.pairwise(bounds):
-        buffer = scratch[: (hi - lo) * row]
-        fill(buffer, *args, **kwargs)
+        buffer = torch.empty((hi - lo) * row, dtype=out.dtype, device=out.device)
+        cursor.draw(buffer, lo * row)
         a, b = max(lo, first), min(hi, last)
         if a < b:
             index = (slice(a - lo, b - lo), *inner)
             out[a - first : b - first].copy_(buffer.view(hi - lo, *full_shape[1:])[index])
+    cursor.finish()
 
 
 def draw_through(
@@ -139,10 +265,11 @@ def draw_through(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     chunk: int = CHUNK,
+    stream: Stream | None = None,
 ) -> None:
     """Draw what ``fill(torch.empty(full_shape, dtype=dtype), *args, **kwargs)`` would draw,
-    keeping nothing: its generator ends where the whole fill leaves it, and memory stays at one
-    chunk.
+    keeping nothing: its generator ends where the whole fill leaves it (skipped where its
+    words are known), and memory stays at one chunk.
 
     >>> _ = torch.manual_seed(0); _ = torch.empty(50).normal_(); after = torch.get_rng_state()
     >>> _ = torch.manual_seed(0)
@@ -151,4 +278,4 @@ def draw_through(
     True
     """
     nothing = torch.empty(0, dtype=dtype)
-    draw_slice(nothing, fill, full_shape, 0, args, kwargs, chunk)
+    draw_slice(nothing, fill, full_shape, 0, args, kwargs, chunk, stream)

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .draws import FILLS, draw_region, draw_through
+from .stream import Stream
 from .tape import (
     LIKE_OPS,
     QUEUED,
@@ -131,6 +132,8 @@ class Replay:
             generator = torch.Generator()
             generator.set_state(state)
             self.private.append(generator)
+        #: id(generator) -> its place, words still to skip (settled before anything draws)
+        self.streams = {id(g): Stream(g) for g in (self.default, *self.private)}
         #: storage -> the real tensor holding it
         self.env: dict[int, torch.Tensor] = {}
         #: how many steps have run (the generators are there)
@@ -200,6 +203,7 @@ class Replay:
                 self._draw_through(step)
             for storage in last.get(index, ()):  # (a temporary nothing reads again)
                 self.env.pop(storage, None)
+        self.settle()
         self.done = upto if draw_all else max(horizon + 1, self.done)
         out = {}
         for view, block in wanted.items():
@@ -225,10 +229,16 @@ class Replay:
         base = self.env.get(view.storage)
         return None if base is None else as_view(base, view)
 
+    def settle(self) -> None:
+        """Move every generator on by the words skipped so far."""
+        for stream in self.streams.values():
+            stream.settle()
+
     @contextlib.contextmanager
     def lent(self) -> Iterator[None]:
         """The default generator of the device set to the replay's, for code that draws from
         it (queued work), and the replay's set to where that code left it."""
+        self.settle()
         cuda = self.device.type == "cuda"
         held = torch.cuda.get_rng_state(self.device) if cuda else torch.get_rng_state()
         if cuda:
@@ -247,6 +257,7 @@ class Replay:
 
     def finish(self) -> None:
         """Leave the device's generator, and each recorded one, where the program leaves it."""
+        self.settle()
         for owner, private in zip(self.tape.owners, self.private, strict=False):
             generator = owner()
             if generator is not None:
@@ -293,7 +304,8 @@ class Replay:
             kwargs["device"] = self.device  # (else the meta tensor's)
         with torch.no_grad():
             if step.random:
-                generator = kwargs.pop("generator", None) or self.default
+                kwargs.pop("generator", None)
+                generator = self._stream(step).settle()
                 return call_drawing(resolve(step.op), args, kwargs, generator)
             return resolve(step.op)(*args, **kwargs)
 
@@ -308,11 +320,13 @@ class Replay:
         (state,) = step.args
         which = step.kwargs.get("generator")
         generator = self.private[which.index] if isinstance(which, GeneratorRef) else self.default
+        self.streams[id(generator)].drop()
         generator.set_state(self._value(state))
 
-    def _generator_of(self, step: Step) -> torch.Generator:
+    def _stream(self, step: Step) -> Stream:
         which = step.kwargs.get("generator")
-        return self.private[which.index] if isinstance(which, GeneratorRef) else self.default
+        generator = self.private[which.index] if isinstance(which, GeneratorRef) else self.default
+        return self.streams[id(generator)]
 
     def _draw_through(self, step: Step) -> None:
         """Draw what a random step nothing needs would draw, keeping nothing (chunks of a
@@ -321,10 +335,11 @@ class Replay:
         fill = FILLS.get(step.op)
         if fill is not None and isinstance(target, View) and _contiguous(target):
             kwargs = {k: self._value(v) for k, v in step.kwargs.items()}
-            kwargs["generator"] = self._generator_of(step)
+            stream = self._stream(step)
+            kwargs["generator"] = stream.generator
             args = tuple(self._value(a) for a in step.args[1:])
             with torch.no_grad():
-                draw_through(fill, target.size, target.dtype, args, kwargs)
+                draw_through(fill, target.size, target.dtype, args, kwargs, stream=stream)
             return
         scratch: dict[int, torch.Tensor] = {}
         for value in (*step.args, *step.kwargs.values()):
@@ -385,8 +400,9 @@ class Replay:
         fill: Callable[..., Any] | None = FILLS.get(step.op)
         with torch.no_grad():
             if fill is not None:
-                kwargs["generator"] = self._generator_of(step)
-                draw_region(local, fill, block.view.size, block.offset, args, kwargs)
+                stream = self._stream(step)
+                kwargs["generator"] = stream.generator
+                draw_region(local, fill, block.view.size, block.offset, args, kwargs, stream=stream)
             else:
                 resolve(step.op)(local, *args, **kwargs)
 
