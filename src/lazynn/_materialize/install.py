@@ -6,12 +6,13 @@ value by a replay of its construction's tape (``_program/replay.py``): one repla
 in program order, on the target device, so that values, ties and the generator's end are the
 eager program's. A sharded tensor (FSDP2, tensor parallel: a ``DTensor`` whose local shard is
 on meta) is a :class:`~lazynn._program.replay.Block`: only this rank's block is allocated, and
-computed block by block where its program allows (whole-tensor fills and elementwise steps),
-else computed whole and its block kept. A tensor that is no longer on meta (loaded with
-``assign=True``) keeps its value; its steps only move the stream on. The Python attributes
-the construction set on a tensor are set on its value. A tensor that its program leaves as
-uninitialized memory (``empty`` written in part) is refused, naming it, before anything
-changes.
+computed block by block where its program allows (whole-tensor fills and elementwise steps,
+``trunc_normal_`` with its rounds agreed between the ranks), else computed whole and its
+block kept; each rank draws only its blocks' words and jumps over the rest. A tensor that is
+no longer on meta (loaded with ``assign=True``) keeps its value; its steps only move the
+stream on. The Python attributes the construction set on a tensor are set on its value. A
+tensor that its program leaves as uninitialized memory (``empty`` written in part) is
+refused, naming it, before anything changes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 from .._build.queue import due, run_ready
 from .._errors import LazynnError, message
 from .._program.program import Program, drop, programs
-from .._program.replay import Block, Replay
+from .._program.replay import Block, Ranks, Replay
 from .._program.tape import Step, Tape, View, uninitialized
 from .sharded import block_offset
 
@@ -123,7 +124,7 @@ class _Install:
                     self.wanted[program.view] = Block(program.view, offset, shard.to_local())
             elif not _is_dtensor(tensor):
                 self.wanted[program.view] = None  # (whole, also when a tie wants a block)
-        self.replay = Replay(tape, target)
+        self.replay = Replay(tape, target, ranks=_ranks(list(self.shards.values()), target))
         #: (view, id(the slot's meta tensor)) -> what took its place
         self.made: dict[tuple[View, int], Any] = {}
         self.count = 0
@@ -164,6 +165,28 @@ class _Install:
                     self.put(slot, value)
         with self.replay.lent(), torch.enable_grad():
             run_ready(self.model, only=[entry])
+
+
+def _ranks(shards: list[Any], target: torch.device) -> Ranks | None:
+    """The ranks replaying a tape together: every process of the default group, when the
+    shards' meshes span it and it reduces CPU tensors (gloo); else None (each rank draws
+    ``trunc_normal_``'s rounds whole)."""
+    import torch.distributed as dist
+
+    if not shards or target.type != "cpu" or not dist.is_initialized():
+        return None
+    if dist.get_backend() == "nccl":
+        return None
+    size = dist.get_world_size()
+    if any(shard.device_mesh.size() != size for shard in shards):
+        return None
+
+    def agree(rounds: int) -> int:
+        most = torch.tensor([rounds], dtype=torch.int64)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most.item())
+
+    return Ranks(dist.get_rank(), size, agree)
 
 
 def _value(tensor: Any, program: Program, value: torch.Tensor, shard: Any) -> Any:

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .draws import FILLS, draw_region, draw_through
+from .rounds import splittable, trunc_normal_block
 from .stream import Stream
 from .tape import (
     LIKE_OPS,
@@ -44,11 +45,17 @@ from .tape import (
     Step,
     Tape,
     View,
+    as_view,
     extent,
+    is_contiguous,
     resolve,
+    views_in,
 )
 
-__all__ = ["ELEMENTWISE", "Block", "Replay", "as_view", "call_drawing"]
+__all__ = ["ELEMENTWISE", "TRUNC_NORMAL", "Block", "Ranks", "Replay", "call_drawing"]
+
+#: the step of ``nn.init.trunc_normal_`` (``functions.py``), whose rounds depend on values
+TRUNC_NORMAL = "torch.nn.init.trunc_normal_"
 
 #: in-place steps that act on each element alone, with scalar arguments: a block of a tensor
 #: takes them as the whole tensor would
@@ -97,28 +104,32 @@ class Block:
     local: torch.Tensor
 
 
-def as_view(base: torch.Tensor, view: View) -> torch.Tensor:
-    """The tensor ``view`` names in ``base``, the real tensor that holds its storage."""
-    if base.dtype != view.dtype:
-        base = base.view(view.dtype)
-    if (
-        tuple(base.shape) == view.size
-        and tuple(base.stride()) == view.stride
-        and base.storage_offset() == view.offset
-    ):
-        return base
-    return torch.as_strided(base, view.size, view.stride, view.offset)
+@dataclass(frozen=True)
+class Ranks:
+    """The processes replaying one tape together, each for its blocks: this one's ``rank``
+    of ``size``, and ``agree(n)``, the largest ``n`` any of them passes (an
+    ``all_reduce(MAX)``), which each calls once per value-dependent step, in tape order."""
+
+    rank: int
+    size: int
+    agree: Callable[[int], int]
 
 
 class Replay:
     """Runs ``tape`` on ``device`` (see the module doc). ``default``: the state the device's
     own generator starts from (default: its state now); the tape's other generators start
-    from the states it recorded."""
+    from the states it recorded. ``ranks``: the processes replaying it with this one, which
+    then share the rounds of ``trunc_normal_`` (each draws its part, :mod:`.rounds`)."""
 
     def __init__(
-        self, tape: Tape, device: torch.device | str, default: torch.Tensor | None = None
+        self,
+        tape: Tape,
+        device: torch.device | str,
+        default: torch.Tensor | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
         self.tape = tape
+        self.ranks = ranks
         self.device = torch.device(device)
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         self.default = torch.Generator(device=self.device if kind == "cuda" else "cpu")
@@ -310,6 +321,12 @@ class Replay:
             return resolve(step.op)(*args, **kwargs)
 
     def _execute(self, step: Step) -> None:
+        if self._shared_rounds(step):  # (the rounds agreed with the other ranks, as they do)
+            target = step.args[0]
+            assert isinstance(target, View)
+            whole = as_view(self.env[target.storage], target)
+            self._trunc_normal(step, whole, target.size, (0,) * len(target.size))
+            return
         result = self._call(step)
         outputs = result if isinstance(result, (tuple, list)) else (result,)
         for view, value in zip(step.outputs, outputs, strict=False):
@@ -332,8 +349,17 @@ class Replay:
         """Draw what a random step nothing needs would draw, keeping nothing (chunks of a
         whole-tensor fill; otherwise the step itself, on scratch tensors)."""
         target = step.args[0] if step.args else None
+        if self._shared_rounds(step):  # (this rank's part of the rounds, agreed)
+            assert self.ranks is not None
+            assert isinstance(target, View)
+            total, size = target.numel, self.ranks.size
+            edges = [*(16 * (total * i // size // 16) for i in range(size)), total]
+            lo, hi = edges[self.ranks.rank : self.ranks.rank + 2]
+            part = torch.empty(hi - lo, dtype=target.dtype, device=self.device)
+            self._trunc_normal(step, part, (total,), (lo,))
+            return
         fill = FILLS.get(step.op)
-        if fill is not None and isinstance(target, View) and _contiguous(target):
+        if fill is not None and isinstance(target, View) and is_contiguous(target):
             kwargs = {k: self._value(v) for k, v in step.kwargs.items()}
             stream = self._stream(step)
             kwargs["generator"] = stream.generator
@@ -343,7 +369,7 @@ class Replay:
             return
         scratch: dict[int, torch.Tensor] = {}
         for value in (*step.args, *step.kwargs.values()):
-            for view in _views(value):
+            for view in views_in(value):
                 if view.storage not in self.env and view.storage not in scratch:
                     size = extent(view)
                     scratch[view.storage] = torch.empty(size, dtype=view.dtype, device=self.device)
@@ -361,7 +387,7 @@ class Replay:
         """Whether the tensor ``view`` (all of ``storage``) can be computed block by block:
         made by a fill, written only whole by random fills and elementwise steps with
         scalars, and read by no other step."""
-        if not _contiguous(view) or view.offset != 0:
+        if not is_contiguous(view) or view.offset != 0:
             return False
         made = False
         for step in self.tape.steps[:upto]:
@@ -376,11 +402,12 @@ class Replay:
                 made = True
                 continue
             target = step.args[0] if step.args else None
-            if target != view or any(_views(a) for a in step.args[1:]):
+            if target != view or any(views_in(a) for a in step.args[1:]):
                 return False
-            if any(_views(v) for v in step.kwargs.values()):
+            if any(views_in(v) for v in step.kwargs.values()):
                 return False
-            if step.op not in FILLS and step.op not in ELEMENTWISE:
+            known = step.op in FILLS or step.op in ELEMENTWISE or self._shared_rounds(step)
+            if not known:
                 return False
         return made
 
@@ -398,6 +425,9 @@ class Replay:
         args = tuple(self._value(a) for a in step.args[1:])
         kwargs = {k: self._value(v) for k, v in step.kwargs.items()}
         fill: Callable[..., Any] | None = FILLS.get(step.op)
+        if self._shared_rounds(step):
+            self._trunc_normal(step, local, block.view.size, block.offset)
+            return
         with torch.no_grad():
             if fill is not None:
                 stream = self._stream(step)
@@ -405,6 +435,25 @@ class Replay:
                 draw_region(local, fill, block.view.size, block.offset, args, kwargs, stream=stream)
             else:
                 resolve(step.op)(local, *args, **kwargs)
+
+    def _shared_rounds(self, step: Step) -> bool:
+        """Whether ranks share the rounds of this step: a ``trunc_normal_`` of a whole
+        contiguous tensor that :func:`~.rounds.splittable` allows."""
+        target = step.args[0] if step.args else None
+        return (
+            self.ranks is not None
+            and step.op == TRUNC_NORMAL
+            and isinstance(target, View)
+            and is_contiguous(target)
+            and splittable(target.dtype, target.numel, step.args[1:])
+        )
+
+    def _trunc_normal(
+        self, step: Step, local: torch.Tensor, shape: tuple[int, ...], offset: tuple[int, ...]
+    ) -> None:
+        assert self.ranks is not None
+        bounds = tuple(float(v) for v in step.args[1:])
+        trunc_normal_block(local, shape, offset, bounds, self._stream(step), self.ranks.agree)
 
 
 def call_drawing(
@@ -423,21 +472,3 @@ def call_drawing(
     finally:
         generator.set_state(torch.get_rng_state())
         torch.set_rng_state(held)
-
-
-def _views(value: Any) -> list[View]:
-    if isinstance(value, View):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [v for item in value for v in _views(item)]
-    return []
-
-
-def _contiguous(view: View) -> bool:
-    expected, stride = [], 1
-    for size in reversed(view.size):
-        expected.append(stride)
-        stride *= size
-    return all(
-        s == e or n == 1 for s, e, n in zip(view.stride, reversed(expected), view.size, strict=True)
-    )

@@ -36,10 +36,13 @@ __all__ = [
     "Step",
     "Tape",
     "View",
+    "as_view",
     "extent",
+    "is_contiguous",
     "resolve",
     "takes_generator",
     "uninitialized",
+    "views_in",
     "with_generator",
 ]
 
@@ -289,3 +292,36 @@ def extent(view: View) -> int:
     if view.numel == 0:
         return view.offset
     return view.offset + 1 + sum((n - 1) * s for n, s in zip(view.size, view.stride, strict=True))
+
+
+def as_view(base: torch.Tensor, view: View) -> torch.Tensor:
+    """The tensor ``view`` names in ``base``, the real tensor that holds its storage."""
+    if base.dtype != view.dtype:
+        base = base.view(view.dtype)
+    if (
+        tuple(base.shape) == view.size
+        and tuple(base.stride()) == view.stride
+        and base.storage_offset() == view.offset
+    ):
+        return base
+    return torch.as_strided(base, view.size, view.stride, view.offset)
+
+
+def views_in(value: Any) -> list[View]:
+    """The views in ``value`` (a view, or a list or tuple holding some)."""
+    if isinstance(value, View):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in views_in(item)]
+    return []
+
+
+def is_contiguous(view: View) -> bool:
+    """Whether ``view`` is laid out row-major without gaps."""
+    expected, stride = [], 1
+    for size in reversed(view.size):
+        expected.append(stride)
+        stride *= size
+    return all(
+        s == e or n == 1 for s, e, n in zip(view.stride, reversed(expected), view.size, strict=True)
+    )
