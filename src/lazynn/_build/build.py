@@ -33,6 +33,7 @@ from .._errors import (
     module_path,
 )
 from .factory import build_factory, is_factory
+from .install import check_threads, install
 from .._layer.infer import CLASS_KEY
 from .._layer.base import LazyLayer
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
@@ -60,6 +61,7 @@ def build(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     progress: bool | None = None,
+    threads: int = 1,
     **example_kwargs: Any,
 ) -> M:
     """Build every lazy layer of ``model`` from example inputs, without running it for real.
@@ -75,6 +77,12 @@ def build(
         dtype: the floating-point dtype of the new parameters. Default: as declared or moved.
         progress: show a progress bar on stderr. Default: for large models (over 50M new
             parameters) when stderr is a terminal.
+        threads: how many threads draw the CPU random stream. Above 1, on the CPU, the model
+            is built on meta, then given its values as ``materialize(model, device,
+            threads=threads)`` gives them (each large random fill drawn in parts at once, the
+            numbers and the generator's end those of one thread), on ``device`` (default: the
+            default device). Default 1: parallel drawing pays only for fills of millions of
+            numbers, on cores of their own.
         **example_kwargs: the forward's keyword inputs, as above.
 
     Returns:
@@ -84,6 +92,7 @@ def build(
         InferenceError: the forward failed on the examples (the message names the module's
             path, type and the input shapes it received), or a lazy layer was never called.
             The model is then exactly as it was.
+        ArgumentError: ``threads`` is not a whole number of 1 or more.
 
     >>> import torch, lazynn
     >>> from torch import nn
@@ -91,12 +100,39 @@ def build(
     >>> lazynn.build(net, (1, 3, 32, 32))[2]
     Linear(in_features=7200, out_features=10, bias=True)
     """
+    threads = check_threads(threads, "lazynn.build")
+    target = torch.device(device) if device is not None else None
+    if threads > 1 and (target or torch.get_default_device()).type == "cpu":
+        return _build_in_threads(model, example_inputs, example_kwargs, target, dtype, threads)
     if is_factory(model):
-        target = torch.device(device) if device is not None else None
         made = build_factory(model, example_inputs, example_kwargs, target, dtype)
         return cast(M, made)
     assert isinstance(model, nn.Module)
     return build_from(cast(M, model), example_inputs, example_kwargs, device, dtype, progress)
+
+
+def _build_in_threads(
+    model: M | Callable[[], M],
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    target: torch.device | None,
+    dtype: torch.dtype | None,
+    threads: int,
+) -> M:
+    """``build`` with ``threads``: on meta, then every init program replayed on ``target``
+    with parts of its large fills drawn by threads (``install``), all or nothing."""
+    target = target or torch.get_default_device()
+    meta = torch.device("meta")
+    with BUILD_LOCK, atomic(*([model] if isinstance(model, nn.Module) else [])):
+        if is_factory(model):
+            made = cast(M, build_factory(model, example_inputs, example_kwargs, meta, dtype))
+        else:
+            assert isinstance(model, nn.Module)
+            made = build_from(cast(M, model), example_inputs, example_kwargs, meta, dtype)
+        with torch.inference_mode(False):
+            install(made, target, threads=threads)
+        run_ready(made)  # (work queued with lazynn.on_build, still waiting)
+    return made
 
 
 def build_from(

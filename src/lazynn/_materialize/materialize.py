@@ -21,6 +21,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from .._build.install import check_threads, install, pending
 from .._build.progress import Progress
 from .._build.queue import run_ready
 from .._errors import LazynnError, message
@@ -28,7 +29,6 @@ from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK
 from .._module.tensors import own_tensors
-from .install import install, pending
 from .reset import plan_steps, run_steps
 
 __all__ = ["materialize"]
@@ -49,7 +49,10 @@ def _meta_numel(model: nn.Module) -> int:
 
 
 def materialize(
-    model: M, device: torch.device | str | None = None, progress: bool | None = None
+    model: M,
+    device: torch.device | str | None = None,
+    progress: bool | None = None,
+    threads: int = 1,
 ) -> M:
     """Allocate a model built on meta (``build(..., device="meta")``) on ``device``, with the
     values the eager model gets under the same seed.
@@ -64,11 +67,16 @@ def materialize(
         model: built on meta (or partly on meta), wrapped, copied or sharded since.
         device: where to allocate. Default: the current default device.
         progress: as in :func:`build`.
+        threads: how many threads draw the CPU random stream: each large random fill is
+            drawn in parts at once, each from the generator jumped to its part, with the
+            numbers and the generator's end of one thread. Default 1: parallel drawing pays
+            only for fills of millions of numbers, on cores of their own.
 
     Raises:
         LazynnError: a lazy layer is still unbuilt, a module with meta tensors and no program
             has no ``reset_parameters()``, or a tensor would hold uninitialized memory
             (nothing is changed).
+        ArgumentError: ``threads`` is not a whole number of 1 or more.
 
     >>> import torch, lazynn
     >>> net = lazynn.build(lazynn.LazyLinear(4), (2, 3), device="meta")
@@ -77,6 +85,7 @@ def materialize(
     >>> lazynn.materialize(net, "cpu").weight.device
     device(type='cpu')
     """
+    threads = check_threads(threads, "lazynn.materialize")
     target = torch.device(device) if device is not None else torch.get_default_device()
     unbuilt = [p for p, m in model.named_modules() if is_lazy_module(m)]
     if unbuilt:
@@ -106,7 +115,7 @@ def materialize(
         try:
             with atomic(model):
                 with torch.inference_mode(False):
-                    install(model, target, bar.advance)
+                    install(model, target, bar.advance, threads)
                 run_steps(model, steps, target, bar)
                 run_ready(model)  # work queued with lazynn.on_build, still waiting
         finally:

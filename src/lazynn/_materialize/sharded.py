@@ -12,7 +12,7 @@ draw the *first* numbers of the stream, not those of its block.
 :class:`ShardedInit` is a dispatch mode, active only there, that fills a sharded tensor's
 random part as the full tensor would be filled: every rank draws the whole stream, chunk by
 chunk (``_program/draws.py``), and keeps its block. What cannot be reproduced on shards is
-refused, naming it. :func:`block_offset` says where a rank's block is, for any placement.
+refused, naming it. :func:`~lazynn._build.install.block_offset` says where a rank's block is.
 """
 
 from __future__ import annotations
@@ -27,18 +27,11 @@ import torch
 # ("Extending PyTorch"); tests/materialize/test_distributed.py exercises it on 2 ranks.
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._build.install import block_offset
 from .._errors import LazynnError, first_line, message
 from .._program.draws import draw_region, draw_slice
 
-__all__ = [
-    "ShardedInit",
-    "block_offset",
-    "draw_region",
-    "draw_slice",
-    "init_mode",
-    "region",
-    "sharded_failure",
-]
+__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode", "sharded_failure"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
 #: the random in-place fills whose chunked draws equal a whole draw (``_program/draws.py``)
@@ -47,23 +40,6 @@ _FILLS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.normal_.default: torch.Tensor.normal_,
 }
 _RANDOM_PREFIXES = ("bernoulli", "random", "exponential", "geometric", "log_normal", "cauchy")
-
-
-def region(tensor: Any) -> tuple[int, ...] | None:
-    """The offset in the full tensor of this rank's shard of a DTensor (its local tensor is
-    the block there), or None for a placement that holds no block of it (``Partial``)."""
-    # (torch.distributed.tensor imports sympy: only a process holding DTensors gets here, and
-    # it has imported it already.)
-    from torch.distributed.tensor import Partial
-
-    if any(isinstance(p, Partial) for p in tensor.placements):
-        return None
-    # DTensor.__create_chunk_list__ is the protocol torch.distributed.checkpoint reads a
-    # shard's place with (DTensor documents it; torch's own offsets, _StridedShard included)
-    (chunk,) = tensor.__create_chunk_list__()
-    if tuple(chunk.sizes) != tuple(tensor.to_local().shape):
-        return None
-    return tuple(int(o) for o in chunk.offsets)
 
 
 #: random ops a DTensor would draw per shard (its CPU fallback): the eager numbers need the
@@ -97,7 +73,7 @@ class ShardedInit(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        from torch.distributed.tensor import DTensor  # (see region)
+        from torch.distributed.tensor import DTensor  # (see _build/install.py's region)
 
         name = func.__name__.split(".")[0]
         if isinstance(kwargs.get("out"), DTensor):  # (eye_: torch.eye(out=...), per shard)
@@ -162,25 +138,6 @@ class ShardedInit(TorchDispatchMode):
                 outcome="the model is unchanged",
             )
         )
-
-
-def block_offset(tensor: Any, where: str) -> tuple[int, ...]:
-    """The offset of this rank's block of a DTensor (:func:`region`); a placement that holds
-    no block of it (``Partial``) is refused, naming ``where``."""
-    offset = region(tensor)
-    if offset is None:
-        raise LazynnError(
-            message(
-                f"lazynn.materialize at '{where}'",
-                "sharded parameters whose placements hold a block of the full tensor (Shard, "
-                "Replicate), so that they take an unsharded model's values",
-                f"the placements {tuple(tensor.placements)}",
-                "materialize before sharding, or shard parameters with Shard or Replicate "
-                "placements (a Partial parameter holds no block of its values)",
-                outcome="the model is unchanged",
-            )
-        )
-    return offset
 
 
 def sharded_failure(where: str, error: Exception) -> LazynnError:

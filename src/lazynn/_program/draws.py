@@ -26,14 +26,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from .jump import jump_pays
+from .jump import advance, jump_pays
 from .stream import Stream, fill_words
 
-__all__ = ["CHUNK", "FILLS", "draw_region", "draw_slice", "draw_through"]
+__all__ = ["CHUNK", "FILLS", "PART", "draw_parts", "draw_region", "draw_slice", "draw_through"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see the module doc)
 FILLS: dict[str, Callable[..., Any]] = {
@@ -43,6 +44,8 @@ FILLS: dict[str, Callable[..., Any]] = {
 #: elements per chunk of the stream (a multiple of 16): 4 MiB of float32
 CHUNK = 1 << 20
 _KINDS = {torch.Tensor.uniform_: "uniform", torch.Tensor.normal_: "normal"}
+#: the fewest words a thread's part of a fill draws (a jump costs as much as ~1.3M words)
+PART = 1 << 22
 
 
 class _Cursor:
@@ -279,3 +282,54 @@ def draw_through(
     """
     nothing = torch.empty(0, dtype=dtype)
     draw_slice(nothing, fill, full_shape, 0, args, kwargs, chunk, stream)
+
+
+def draw_parts(
+    out: torch.Tensor,
+    fill: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    generator: torch.Generator,
+    threads: int,
+) -> bool:
+    """Fill the contiguous CPU tensor ``out`` as ``fill(out, *args, generator=generator)``
+    would, in parts drawn by up to ``threads`` threads at once, each from ``generator`` jumped
+    to its part (the jumps computed before the threads start; torch's kernels release the
+    GIL); ``generator`` ends where the whole fill leaves it. Returns False, having drawn
+    nothing, where that does not pay (parts under :data:`PART` words) or the fill's words
+    are not known.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> out = torch.empty(3 * PART)
+    >>> draw_parts(out, torch.Tensor.normal_, (), {}, g, threads=3)
+    True
+    >>> torch.equal(out, torch.empty(3 * PART).normal_(generator=torch.Generator().manual_seed(0)))
+    True
+    """
+    kind, total = _KINDS.get(fill, ""), out.numel()
+    words = fill_words(kind, out.dtype, total, total)
+    count = min(threads, (words or 0) // PART)
+    if words is None or count < 2 or out.device.type != "cpu" or not out.is_contiguous():
+        return False
+    if not Stream(generator).jumps:  # (the self-test failed: draw serially)
+        return False
+    edges = [16 * (total * i // count // 16) for i in range(count)] + [total]
+    generators, state, at = [], generator.get_state(), 0
+    for edge in edges[:-1]:  # (on this thread: the polynomials are pure Python)
+        before = fill_words(kind, out.dtype, total, edge)
+        assert before is not None
+        state = advance(state, before - at)
+        at = before
+        part = torch.Generator()
+        part.set_state(state)
+        generators.append(part)
+    flat = out.view(-1)
+
+    def draw(index: int) -> None:
+        part = flat[edges[index] : edges[index + 1]]
+        fill(part, *args, **kwargs, generator=generators[index])
+
+    with ThreadPoolExecutor(count) as pool:
+        list(pool.map(draw, range(count)))
+    generator.set_state(generators[-1].get_state())
+    return True

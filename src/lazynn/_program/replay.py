@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .draws import FILLS, draw_region, draw_through
-from .rounds import splittable, trunc_normal_block
+from .blocks import ELEMENTWISE, FILLED, TRUNC_NORMAL, Block, Ranks
+from .draws import FILLS, draw_parts, draw_region, draw_through
+from .rounds import splittable, trunc_normal_block, trunc_normal_whole
 from .stream import Stream
 from .tape import (
     LIKE_OPS,
@@ -52,74 +52,16 @@ from .tape import (
     views_in,
 )
 
-__all__ = ["ELEMENTWISE", "TRUNC_NORMAL", "Block", "Ranks", "Replay", "call_drawing"]
-
-#: the step of ``nn.init.trunc_normal_`` (``functions.py``), whose rounds depend on values
-TRUNC_NORMAL = "torch.nn.init.trunc_normal_"
-
-#: in-place steps that act on each element alone, with scalar arguments: a block of a tensor
-#: takes them as the whole tensor would
-ELEMENTWISE = frozenset(
-    f"aten::{name}"
-    for name in (
-        "fill_.Scalar",
-        "zero_.default",
-        "mul_.Scalar",
-        "mul_.Tensor",
-        "div_.Scalar",
-        "div_.Tensor",
-        "add_.Scalar",
-        "add_.Tensor",
-        "sub_.Scalar",
-        "sub_.Tensor",
-        "clamp_.default",
-        "clamp_min_.default",
-        "clamp_max_.default",
-        "erfinv_.default",
-        "exp_.default",
-        "log_.default",
-        "neg_.default",
-        "abs_.default",
-        "sqrt_.default",
-        "pow_.Scalar",
-        "sign_.default",
-    )
-)
-#: steps that make a tensor whose every element one value fills (or none: ``empty``)
-_FILLED = {
-    "aten::empty.memory_format": None,
-    "aten::empty_strided.default": None,
-    "aten::zeros.default": 0.0,
-    "aten::ones.default": 1.0,
-}
-
-
-@dataclass(frozen=True)
-class Block:
-    """A tensor asked for as one block of it: ``local`` (this rank's memory) takes the
-    elements at ``offset`` (one start per dimension) of the tensor ``view`` names."""
-
-    view: View
-    offset: tuple[int, ...]
-    local: torch.Tensor
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """The processes replaying one tape together, each for its blocks: this one's ``rank``
-    of ``size``, and ``agree(n)``, the largest ``n`` any of them passes (an
-    ``all_reduce(MAX)``), which each calls once per value-dependent step, in tape order."""
-
-    rank: int
-    size: int
-    agree: Callable[[int], int]
+__all__ = ["Block", "Ranks", "Replay", "call_drawing"]
 
 
 class Replay:
     """Runs ``tape`` on ``device`` (see the module doc). ``default``: the state the device's
     own generator starts from (default: its state now); the tape's other generators start
     from the states it recorded. ``ranks``: the processes replaying it with this one, which
-    then share the rounds of ``trunc_normal_`` (each draws its part, :mod:`.rounds`)."""
+    then share the rounds of ``trunc_normal_`` (each draws its part, :mod:`.rounds`).
+    ``threads``: how many threads draw each large whole-tensor fill on the CPU, in parts
+    (:func:`~.draws.draw_parts`)."""
 
     def __init__(
         self,
@@ -127,9 +69,10 @@ class Replay:
         device: torch.device | str,
         default: torch.Tensor | None = None,
         ranks: Ranks | None = None,
+        threads: int = 1,
     ) -> None:
         self.tape = tape
-        self.ranks = ranks
+        self.ranks, self.threads = ranks, threads
         self.device = torch.device(device)
         kind = "cuda" if self.device.type == "cuda" else "cpu"
         self.default = torch.Generator(device=self.device if kind == "cuda" else "cpu")
@@ -327,6 +270,8 @@ class Replay:
             whole = as_view(self.env[target.storage], target)
             self._trunc_normal(step, whole, target.size, (0,) * len(target.size))
             return
+        if self.threads > 1 and step.random and self._in_parts(step):
+            return
         result = self._call(step)
         outputs = result if isinstance(result, (tuple, list)) else (result,)
         for view, value in zip(step.outputs, outputs, strict=False):
@@ -397,7 +342,7 @@ class Replay:
                     return False  # read by another tensor's steps: it must exist whole
                 continue
             if storage in step.creates:
-                if step.op not in _FILLED or step.outputs[0] != view:
+                if step.op not in FILLED or step.outputs[0] != view:
                     return False
                 made = True
                 continue
@@ -417,7 +362,7 @@ class Replay:
         block = blocks[storage]
         local = block.local
         if storage in step.creates:
-            value = _FILLED[step.op]
+            value = FILLED[step.op]
             if value is not None:
                 with torch.no_grad():
                     local.fill_(value)
@@ -435,6 +380,32 @@ class Replay:
                 draw_region(local, fill, block.view.size, block.offset, args, kwargs, stream=stream)
             else:
                 resolve(step.op)(local, *args, **kwargs)
+
+    def _in_parts(self, step: Step) -> bool:
+        """Run a large fill (or ``trunc_normal_``'s rounds) of a whole contiguous tensor with
+        :attr:`threads` threads; False, having done nothing, where that does not apply."""
+        target = step.args[0] if step.args else None
+        fill = FILLS.get(step.op)
+        if not isinstance(target, View) or not is_contiguous(target):
+            return False
+        trunc = step.op == TRUNC_NORMAL and splittable(target.dtype, target.numel, step.args[1:])
+        if not (fill or trunc):
+            return False
+        tensor = as_view(self.env[target.storage], target)
+        args = tuple(self._value(a) for a in step.args[1:])
+        kwargs = {k: self._value(v) for k, v in step.kwargs.items() if k != "generator"}
+        generator = self._stream(step).settle()
+        if fill is not None:
+            with torch.no_grad():
+                return draw_parts(tensor, fill, args, kwargs, generator, self.threads)
+        mean, std = float(args[0]), float(args[1])
+
+        def normal(t: torch.Tensor) -> None:
+            if not draw_parts(t, torch.Tensor.normal_, (mean, std), {}, generator, self.threads):
+                t.normal_(mean, std, generator=generator)
+
+        trunc_normal_whole(tensor, tuple(float(a) for a in args), normal)
+        return True
 
     def _shared_rounds(self, step: Step) -> bool:
         """Whether ranks share the rounds of this step: a ``trunc_normal_`` of a whole

@@ -35,7 +35,7 @@ import torch
 from .draws import draw_region
 from .stream import Stream, fill_words
 
-__all__ = ["splittable", "trunc_normal_block"]
+__all__ = ["splittable", "trunc_normal_block", "trunc_normal_whole"]
 
 
 def _p(mean: float, std: float, a: float, b: float) -> float:
@@ -91,3 +91,22 @@ def trunc_normal_block(
             local.copy_(torch.where(mask, fresh, local))
             rounds += 1
     stream.skip((agree(rounds) - rounds) * words)
+
+
+def trunc_normal_whole(
+    tensor: torch.Tensor, bounds: tuple[float, ...], normal: Callable[[torch.Tensor], object]
+) -> None:
+    """torch's rounds of ``trunc_normal_(tensor, *bounds)`` (the redraw branch), each round's
+    ``normal_(mean, std)`` drawn by ``normal`` (by threads: ``draws.draw_parts``)."""
+    _, _, a, b = bounds
+    lo = torch.tensor(a, dtype=tensor.dtype).item()
+    hi = torch.tensor(b, dtype=tensor.dtype).item()
+    with torch.no_grad():
+        normal(tensor)
+        while True:
+            mask = (tensor < lo) | (tensor > hi)
+            if not mask.any():
+                break
+            fresh = torch.empty_like(tensor)
+            normal(fresh)
+            tensor.copy_(torch.where(mask, fresh, tensor))

@@ -28,7 +28,7 @@ import warnings
 
 import torch
 
-from .jump import advance
+from .jump import advance, counters
 
 __all__ = ["Stream", "fill_words", "self_test", "skipping"]
 
@@ -85,6 +85,13 @@ class Stream:
             self.generator.set_state(advance(self.generator.get_state(), self.pending))
             self.pending = 0
         return self.generator
+
+
+def stats() -> dict[str, float]:
+    """What skipping words has cost this process so far: ``jumps`` and ``jump_seconds``
+    (polynomials and their application), ``skipped_words``, and ``skip_seconds`` (words
+    drawn through by numpy instead)."""
+    return dict(vars(counters()))
 
 
 _warned = threading.Event()

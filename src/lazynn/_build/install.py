@@ -22,14 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._build.queue import due, run_ready
-from .._errors import LazynnError, message
+from .._errors import ArgumentError, LazynnError, message
 from .._program.program import Program, drop, programs
 from .._program.replay import Block, Ranks, Replay
 from .._program.tape import Step, Tape, View, uninitialized
-from .sharded import block_offset
+from .queue import due, run_ready
 
-__all__ = ["install", "pending"]
+__all__ = ["block_offset", "check_threads", "install", "pending", "region"]
 
 #: one tensor slot: (module, its path, the tensor's name, the program)
 _Slot = tuple[nn.Module, str, str, Program]
@@ -87,10 +86,12 @@ def _check(slots: list[_Slot]) -> None:
         )
 
 
-def install(model: nn.Module, target: torch.device, advance: Any = None) -> int:
+def install(
+    model: nn.Module, target: torch.device, advance: Any = None, threads: int = 1
+) -> int:
     """Give every meta tensor of ``model`` that keeps a program its value on ``target`` (see
     the module doc); returns how many elements were allocated. ``advance(n)`` is called as
-    they are (a progress bar)."""
+    they are (a progress bar); ``threads`` draw each large fill in parts."""
     slots = pending(model)
     _check(slots)
     tapes: dict[int, tuple[Tape, list[_Slot]]] = {}
@@ -98,7 +99,7 @@ def install(model: nn.Module, target: torch.device, advance: Any = None) -> int:
         tapes.setdefault(id(slot[3].tape), (slot[3].tape, []))[1].append(slot)
     count = 0
     for tape, mine in tapes.values():
-        count += _Install(model, tape, mine, target, advance).run()
+        count += _Install(model, tape, mine, target, advance, threads).run()
     return count
 
 
@@ -107,7 +108,13 @@ class _Install:
     queued with ``on_build`` runs where the tape marks it, on the values made so far."""
 
     def __init__(
-        self, model: nn.Module, tape: Tape, slots: list[_Slot], target: torch.device, advance: Any
+        self,
+        model: nn.Module,
+        tape: Tape,
+        slots: list[_Slot],
+        target: torch.device,
+        advance: Any,
+        threads: int,
     ) -> None:
         self.model, self.slots, self.advance = model, slots, advance
         self.wanted: dict[View, Block | None] = {}
@@ -124,7 +131,8 @@ class _Install:
                     self.wanted[program.view] = Block(program.view, offset, shard.to_local())
             elif not _is_dtensor(tensor):
                 self.wanted[program.view] = None  # (whole, also when a tie wants a block)
-        self.replay = Replay(tape, target, ranks=_ranks(list(self.shards.values()), target))
+        ranks = _ranks(list(self.shards.values()), target)
+        self.replay = Replay(tape, target, ranks=ranks, threads=threads)
         #: (view, id(the slot's meta tensor)) -> what took its place
         self.made: dict[tuple[View, int], Any] = {}
         self.count = 0
@@ -165,6 +173,21 @@ class _Install:
                     self.put(slot, value)
         with self.replay.lent(), torch.enable_grad():
             run_ready(self.model, only=[entry])
+
+
+def check_threads(threads: object, where: str) -> int:
+    """``threads`` as a count of threads, or an :class:`~lazynn.ArgumentError` naming
+    ``where``."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ArgumentError(
+            message(
+                where,
+                "threads: a number of threads of 1 or more (1 draws serially)",
+                f"threads={threads!r}",
+                "pass threads=1, or os.cpu_count() to draw large random fills in parallel",
+            )
+        )
+    return threads
 
 
 def _ranks(shards: list[Any], target: torch.device) -> Ranks | None:
@@ -212,3 +235,39 @@ def _put(module: nn.Module, name: str, value: Any) -> None:
         if name in store:
             store[name] = value
             return
+
+
+def region(tensor: Any) -> tuple[int, ...] | None:
+    """The offset in the full tensor of this rank's shard of a DTensor (its local tensor is
+    the block there), or None for a placement that holds no block of it (``Partial``)."""
+    # (torch.distributed.tensor imports sympy: only a process holding DTensors gets here, and
+    # it has imported it already.)
+    from torch.distributed.tensor import Partial
+
+    if any(isinstance(p, Partial) for p in tensor.placements):
+        return None
+    # DTensor.__create_chunk_list__ is the protocol torch.distributed.checkpoint reads a
+    # shard's place with (DTensor documents it; torch's own offsets, _StridedShard included)
+    (chunk,) = tensor.__create_chunk_list__()
+    if tuple(chunk.sizes) != tuple(tensor.to_local().shape):
+        return None
+    return tuple(int(o) for o in chunk.offsets)
+
+
+def block_offset(tensor: Any, where: str) -> tuple[int, ...]:
+    """The offset of this rank's block of a DTensor (:func:`region`); a placement that holds
+    no block of it (``Partial``) is refused, naming ``where``."""
+    offset = region(tensor)
+    if offset is None:
+        raise LazynnError(
+            message(
+                f"lazynn.materialize at '{where}'",
+                "sharded parameters whose placements hold a block of the full tensor (Shard, "
+                "Replicate), so that they take an unsharded model's values",
+                f"the placements {tuple(tensor.placements)}",
+                "materialize before sharding, or shard parameters with Shard or Replicate "
+                "placements (a Partial parameter holds no block of its values)",
+                outcome="the model is unchanged",
+            )
+        )
+    return offset
