@@ -14,7 +14,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
 
 import lazynn
-from distributed_util import pack, run_ranks, unpack
+from distributed_util import always_jump, pack, run_ranks, unpack
 from lazynn._cli.main import main
 from real_models import EAGER, LAZY, MODELS, RealModel, every_tensor
 
@@ -237,8 +237,10 @@ def _sharded_worker(rank: int, world: int) -> dict[str, Any]:
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
+    from lazynn._program.jump import counters
+
     mesh = init_device_mesh("cpu", (world,))
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"jumps_before": always_jump()}
     for name in NAMES:
         model = MODELS[name]
         torch.manual_seed(0)
@@ -257,6 +259,7 @@ def _sharded_worker(rank: int, world: int) -> dict[str, Any]:
             },
             "next_draw": pack(torch.rand(4)),
         }
+    report["jumps"] = counters().jumps
     return report
 
 
@@ -275,6 +278,8 @@ def test_the_factory_form_sharded_by_fsdp2_is_the_eager_model() -> None:
             for key, tensor in theirs.items():
                 assert torch.equal(unpack(got["tensors"][key]), tensor), (r["rank"], name, key)
             assert torch.equal(unpack(got["next_draw"]), next_draw), (r["rank"], name)
+    for r in ranks:  # (each rank jumped over the other's words)
+        assert r["jumps"] > r["jumps_before"], r["rank"]
 
 
 # --- tensor parallel, and 2-D (FSDP2 across TP) ----------------------------------------------
@@ -321,6 +326,7 @@ def _parallel_worker(
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import parallelize_module
 
+    always_jump()
     names = ("dp", "tp") if len(dims) == 2 else ("tp",)
     mesh = init_device_mesh("cpu", dims, mesh_dim_names=names)
     model = MODELS[name]
