@@ -5,8 +5,8 @@ times ``x**J`` modulo the step's characteristic polynomial ``PHI`` (degree 19937
 :func:`advance` computes that remainder on Python integers (squarings by a byte table,
 reductions by ``PHI``'s sparse terms) and applies it as one XOR of rows of the next 20,560
 untempered words, which numpy's own mt19937 generates (Haramoto, Matsumoto et al.,
-"Efficient Jump Ahead for F2-Linear Random Number Generators", 2008; ``../notes`` of the
-project's design: docs/design.md, "Exact initialization drawn in parallel").
+"Efficient Jump Ahead for F2-Linear Random Number Generators", 2008; docs/design.md,
+"Exact initialization drawn in parallel").
 
 A short distance is drawn through by numpy instead (about 3 ns a word, no memory), a long one
 jumped (a few ms once the distance's polynomial is cached, tens of ms to compute it): see
