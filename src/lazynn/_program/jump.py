@@ -84,7 +84,7 @@ def _square_mod(g: int) -> int:
     return square
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)
 def x_pow_mod(k: int) -> int:
     """``x**k`` modulo mt19937's characteristic polynomial, as an int (bit i: x**i)."""
     if k < _DEGREE:
@@ -99,7 +99,7 @@ def x_pow_mod(k: int) -> int:
     return g
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)
 def _terms(k: int) -> np.ndarray:
     """The exponents of ``x**k mod PHI``'s nonzero terms."""
     g = x_pow_mod(k)
