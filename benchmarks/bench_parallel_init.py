@@ -11,8 +11,8 @@ depth-scaled std ``0.02 / sqrt(2 * (layer + 1))`` for the output projections and
 ``normal_`` for the token embedding, ``trunc_normal_`` cut at 3 sigma for the head). The
 defaults size it like a 1B LLaMA: dim 2048, 16 layers, 16 heads, vocabulary 32000, feed-forward
 hidden 5472 (the file's ``2/3 * 4 * dim`` rounded to 16), 937.5M parameters, 3.5 GiB in
-float32. ``--quick``: dim 512, 8 layers, vocabulary 8000, 2 ranks (33.3M parameters; a few
-minutes in all). The lazy model is built on meta in the factory form,
+float32. ``--quick``: dim 512, 8 layers, vocabulary 8000, 2 ranks (33.5M parameters; under a
+minute). The lazy model is built on meta in the factory form,
 ``lazynn.build(partial(Llama, LAZY, ...), Spec((1, 16), long), device="meta")``, whose tensors
 carry the init programs of its own construction.
 
@@ -47,13 +47,23 @@ block of the eager model's (the file, loaded with ``mmap=True``; the block's off
 DTensor's ``__create_chunk_list__``), and its generator's state with the eager one's after
 construction: ``exact: yes`` means every tensor bit for bit and the same state on every rank.
 
+Memory: before each sharded run, the ranks' peak is estimated as N times the largest peak of
+a rank in the previous run of that mode (the unsharded run's for the first); a run whose
+estimate exceeds 90% of ``MemAvailable`` is skipped and listed (``--no-memory-guard`` runs it
+anyway). Today a rank computes whole each tensor its replay cannot split into blocks (any not
+made by plain ``uniform_``/``normal_`` fills: here every linear weight, for ``trunc_normal_``)
+and holds the whole ones until it copies its blocks out (``_program/replay.py``): each rank
+peaks above the full model, and at the defaults on 24 GiB 4 and 8 ranks are skipped.
+
 Reading the numbers on a small machine: CPU time is the number to read, not wall time. The
-machine line counts the processors and measures how much work two concurrent processes get
-done against one (``--smt-probe``); on a 2-vCPU VM whose vCPUs are one core's two SMT siblings
-that is about 1.2x, not 2x. More ranks than processors (4 or 8 ranks on 2) take turns, so a
-rank's wall time then says nothing about parallel speed; and ranks sharing a core's siblings
-each run slower per CPU second, so even ``process_time`` of a rank there is inflated against the
-eager run, which had the core alone. Threads cannot speed anything up there either.
+project's machine has 2 vCPUs that are one core's two SMT siblings: two busy processes there
+get much less than twice one's work done (the machine line's probe, two processes filling
+tensors against one, median of 3 alternations, 15 s; ``--no-smt-probe`` skips it; it is noisy
+when anything else runs). More ranks than vCPUs (4 or 8 on 2) take turns, so their wall time
+says nothing about parallel speed; and ranks on a core's two siblings each run slower per CPU
+second, so even a rank's ``process_time`` is inflated against the eager run, which had the
+core to itself. Threads cannot speed anything up there either: their columns are for a real
+multi-core machine.
 """
 
 from __future__ import annotations
@@ -69,6 +79,7 @@ import platform
 import queue
 import re
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -187,7 +198,7 @@ def timed(run: Callable[[], Any]) -> dict[str, Any]:
     stats = None
     if before is not None and after is not None:
         stats = {k: after[k] - before.get(k, 0) for k in STATS if k in after}
-    return {"cpu": cpu, "wall": wall, "peak": peak, "stats": stats}
+    return {"cpu": cpu, "wall": wall, "peak": peak, "resident": resident, "stats": stats}
 
 
 def block(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
@@ -305,16 +316,30 @@ def run(target: Callable[..., None], args: tuple[Any, ...], processes: int, repo
     return results
 
 
+def available() -> int:
+    """The memory the kernel could give now (``MemAvailable``: free plus reclaimable), bytes."""
+    with open("/proc/meminfo") as f:
+        found = re.search(r"^MemAvailable:\s+(\d+) kB", f.read(), re.MULTILINE)
+    return int(found.group(1)) * 1024 if found else 0
+
+
+def top(result: dict[str, Any]) -> int:
+    """A process's peak resident memory during the measured run (bytes; 0 if unknown)."""
+    return max(result["resident"] + result["peak"], 0) if result["peak"] >= 0 else 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _spin(seconds: float, out: Any) -> None:
-    """Fill 4M floats with uniform_ for ``seconds``; put the number of fills on ``out``."""
+def _spin(start: Any, seconds: float, out: Any) -> None:
+    """Fill 4M floats with uniform_ for ``seconds`` (from when every process is ready); put the
+    number of fills on ``out``."""
     torch.set_num_threads(1)
-    x = torch.empty(1 << 22)
+    x = torch.empty(1 << 22).uniform_()
+    start.wait()
     fills, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         x.uniform_()
@@ -322,18 +347,27 @@ def _spin(seconds: float, out: Any) -> None:
     out.put(fills)
 
 
-def smt_probe(seconds: float = 1.5) -> float:
-    """The work two concurrent processes do against one alone, in the same time."""
-    alone = sum(run(_spin, (seconds,), 1, 1))
+def _fills(processes: int, seconds: float) -> int:
+    """The fills ``processes`` concurrent processes do in ``seconds``."""
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(2)]
+    out, start = ctx.Queue(), ctx.Barrier(processes)
+    procs = [ctx.Process(target=_spin, args=(start, seconds, out)) for _ in range(processes)]
     for p in procs:
         p.start()
-    together = out.get() + out.get()
+    total = sum(out.get(timeout=300) for _ in procs)
     for p in procs:
         p.join(60)
-    return together / alone
+    return total
+
+
+def smt_probe(seconds: float = 1.0, repeats: int = 3) -> float:
+    """The work two concurrent processes do against one alone in the same time: the median of
+    ``repeats`` alternations (another process on the machine disturbs single runs)."""
+    ratios = []
+    for _ in range(repeats):
+        alone = _fills(1, seconds)
+        ratios.append(_fills(2, seconds) / alone)
+    return statistics.median(ratios)
 
 
 # --- reporting -------------------------------------------------------------------------------
@@ -351,15 +385,10 @@ def machine(probe: float | None) -> str:
     )
     if probe is not None:
         line += (
-            f" Two concurrent processes do {probe:.2f}x the work of one alone (uniform_ fills"
-            " on one thread each)"
-            + (": its vCPUs behave as one core's two SMT siblings." if probe < 1.5 else ".")
+            f" Two concurrent processes did {probe:.2f}x the work of one alone (uniform_ fills"
+            " on one thread each, median of 3)."
         )
     return line
-
-
-def seconds(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f} s"
 
 
 def ints(text: str) -> list[int]:
@@ -380,10 +409,15 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="dim 512, 8 layers, vocabulary 8000, 2 ranks (33.3M parameters; a few minutes)",
+        help="dim 512, 8 layers, vocabulary 8000, 2 ranks (33.5M parameters; under a minute)",
     )
     parser.add_argument(
-        "--no-smt-probe", action="store_true", help="skip the 5 s probe of the machine's cores"
+        "--no-smt-probe", action="store_true", help="skip the probe of the machine's cores (15 s)"
+    )
+    parser.add_argument(
+        "--no-memory-guard",
+        action="store_true",
+        help="run every world, even where the ranks' expected peak exceeds the free memory",
     )
     parser.add_argument(
         "--tmp", default=None, help="folder of the eager model's saved tensors (default: $TMPDIR)"
@@ -412,6 +446,7 @@ def main() -> None:
         flush=True,
     )
     rows: list[tuple[Any, ...]] = []
+    skipped: list[str] = []
     with tempfile.TemporaryDirectory(dir=args.tmp) as folder:
         path = os.path.join(folder, "eager.pt")
         threads = (sizes, tuple(args.threads), path)
@@ -425,14 +460,31 @@ def main() -> None:
                 runs.append((f"{mode} x {world}", rank_worker, ranks, world, world))
         for name, target, targs, processes, reports in runs:
             if target is rank_worker:
+                # a rank may peak as high as the largest rank of this mode's last run did, or
+                # as the unsharded run (today's code: each rank computes whole tensors)
+                mode, world = targs[2], targs[0]
+                done = [r[3] for r in rows if r[0] == mode] or [
+                    r[3] for r in rows if r[0] == "unsharded"
+                ]
+                need = world * max(top(r) for r in done)
+                if not args.no_memory_guard and need > 0.9 * available():
+                    skipped.append(
+                        f"{name}: skipped, {world} ranks x {need / world / 2**30:.1f} GiB (a "
+                        f"rank's peak so far) > 90% of the {available() / 2**30:.1f} GiB "
+                        "available (--no-memory-guard runs it)"
+                    )
+                    print(f"  {skipped[-1]}", flush=True)
+                    continue
                 targs = (targs[0], free_port(), *targs[2:])
             began = time.perf_counter()
             rows += run(target, targs, processes, reports)
             print(f"  ran {name} in {time.perf_counter() - began:.0f} s", flush=True)
-    report(rows, probe)
+    report(rows, probe, skipped, params * 4)
 
 
-def report(rows: list[tuple[Any, ...]], probe: float | None) -> None:
+def report(
+    rows: list[tuple[Any, ...]], probe: float | None, skipped: Sequence[str], model: int
+) -> None:
     """Print the tables: per rank (with the eager and unsharded references), threads, exact."""
     eager = next(r[3] for r in rows if r[0] == "eager")
     base = eager["cpu"]
@@ -447,7 +499,7 @@ def report(rows: list[tuple[Any, ...]], probe: float | None) -> None:
     print(
         "| contender | ranks | rank | process_time | wall | jumps (count) "
         "| process_time - jumps | ratio to eager | target 1.3/N | words drawn / skipped "
-        "| peak memory growth | exact |"
+        "| peak memory growth (x the model) | exact |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     order = {"eager": 0, "unsharded": 1, "fsdp": 2, "tp": 3}
@@ -471,20 +523,21 @@ def report(rows: list[tuple[Any, ...]], probe: float | None) -> None:
             f"| {mode} | {world}{over} | {rank if mode in MODES else '-'} "
             f"| {result['cpu']:.2f} s | {result['wall']:.2f} s | {jumps} | {net:.2f} s "
             f"| {net / base:.2f}x{met} | {target} | {drawn} "
-            f"| {result['peak'] / 2**20:.0f} MiB | {verdict} |"
+            f"| {result['peak'] / 2**20:.0f} MiB ({result['peak'] / model:.2f}x) | {verdict} |"
         )
     threads = sorted((r for r in rows if r[0] == "threads"), key=lambda r: r[1])
     if threads:
         one = next((r[3] for r in threads if r[1] == 1 and r[3] is not None), None)
         print()
-        if probe is not None and probe < 1.5:
+        measured = "" if probe is None else f"; two processes did {probe:.2f}x one's work"
+        print(f"Threads (unsharded, one process), on {cores} vCPUs{measured}.", end="")
+        if cores <= 2:
             print(
-                f"Threads (unsharded, one process). This machine's {cores} vCPUs behave as one "
-                f"core's two SMT siblings (two processes: {probe:.2f}x one's work): no speed-up "
-                "is expected here."
+                " The project's 2-vCPU VM is one core's two SMT siblings: no speed-up from "
+                "threads is expected there.",
+                end="",
             )
-        else:
-            print(f"Threads (unsharded, one process), on {cores} processors.")
+        print()
         print()
         print(
             "| threads | process_time | wall | ratio to T=1 (CPU, wall) "
@@ -518,6 +571,8 @@ def report(rows: list[tuple[Any, ...]], probe: float | None) -> None:
         wrong = sorted({w for _, ws in checks for w in ws})
         verdict = "yes" if all(s for s, _ in checks) else f"no ({', '.join(wrong[:5])})"
         print(f"exact: {verdict}: {name}")
+    for line in skipped:
+        print(f"not run: {line}")
     if stream_stats() is None:
         print()
         print(
