@@ -1,9 +1,12 @@
-"""Exact initialization drawn in parallel (issue 27): a LLaMA-shaped model's sharded and
-threaded ``materialize``, per rank, against serial eager construction of the same model.
+"""Issue 27's benchmark: sharded and threaded materialize of a LLaMA, against serial eager.
+
+Exact initialization drawn in parallel: a LLaMA-shaped model's ``materialize``, sharded per
+rank or threaded, against serial eager construction of the same model.
 
     python benchmarks/bench_parallel_init.py [--dim 2048] [--layers 16] [--heads 16]
                                              [--vocab 32000] [--worlds 2,4,8]
                                              [--modes fsdp,tp] [--threads 1,2,4] [--quick]
+                                             [--smt-probe] [--no-memory-guard]
 
 The model is tests/real_models/llama.py's ``Llama`` (Meta's ``llama/model.py`` with
 torchtitan's init: ``trunc_normal_(std=0.02)`` for the attention and feed-forward inputs, the
@@ -57,13 +60,13 @@ peaks above the full model, and at the defaults on 24 GiB 4 and 8 ranks are skip
 
 Reading the numbers on a small machine: CPU time is the number to read, not wall time. The
 project's machine has 2 vCPUs that are one core's two SMT siblings: two busy processes there
-get much less than twice one's work done (the machine line's probe, two processes filling
-tensors against one, median of 3 alternations, 15 s; ``--no-smt-probe`` skips it; it is noisy
-when anything else runs). More ranks than vCPUs (4 or 8 on 2) take turns, so their wall time
-says nothing about parallel speed; and ranks on a core's two siblings each run slower per CPU
-second, so even a rank's ``process_time`` is inflated against the eager run, which had the
-core to itself. Threads cannot speed anything up there either: their columns are for a real
-multi-core machine.
+get much less than twice one's work done (``--smt-probe`` measures it: two processes filling
+tensors against one, median of 3 alternations, 20 s; it is noisy whenever anything else runs,
+0.99x to 2.3x in four runs on that machine). More ranks than vCPUs (4 or 8 on 2) take turns,
+so their wall time says nothing about parallel speed; and ranks on a core's two siblings each
+run slower per CPU second, so even a rank's ``process_time`` is inflated against the eager run,
+which had the core to itself. Threads cannot speed anything up there either: their columns are
+for a real multi-core machine.
 """
 
 from __future__ import annotations
@@ -412,7 +415,9 @@ def main() -> None:
         help="dim 512, 8 layers, vocabulary 8000, 2 ranks (33.5M parameters; under a minute)",
     )
     parser.add_argument(
-        "--no-smt-probe", action="store_true", help="skip the probe of the machine's cores (15 s)"
+        "--smt-probe",
+        action="store_true",
+        help="measure the work two processes do against one (20 s; noisy on a shared machine)",
     )
     parser.add_argument(
         "--no-memory-guard",
@@ -436,7 +441,7 @@ def main() -> None:
         "max_seq_len": 2048,
     }
     params = count(sizes)
-    probe = None if args.no_smt_probe else smt_probe()
+    probe = smt_probe() if args.smt_probe else None
     print(machine(probe))
     print(
         f"Model: tests/real_models/llama.py's Llama, dim {sizes['dim']}, {sizes['n_layers']} "
