@@ -319,3 +319,21 @@ def test_a_part_too_small_to_pay_is_drawn_by_one_thread() -> None:
     assert not draw_parts(out, torch.Tensor.normal_, (), {}, generator, threads=8)
     assert torch.equal(generator.get_state(), torch.Generator().manual_seed(0).get_state())
     assert out.isnan().all()  # (nothing drawn: the caller draws it whole)
+
+
+def test_a_fill_a_later_one_overwrites_is_skipped_not_drawn() -> None:
+    """kaiming_uniform_ at construction, then an init that redraws the weight (torchtitan's
+    trunc_normal_): a rank skips the first fill's words instead of drawing its block."""
+
+    def make() -> nn.Module:
+        layer = nn.Linear(256, 512)
+        nn.init.trunc_normal_(layer.weight, std=0.02)
+        return layer
+
+    eager, end = _eager(make)
+    skipped = counters().skipped_words
+    blocks, ends = _replay_as_ranks(make, 2, 0)
+    assert all(torch.equal(e, end) for e in ends)
+    assert torch.equal(torch.cat([b["weight"] for b in blocks]), eager["weight"].detach())
+    # each rank skips the whole uniform_ (131,072 words) and the other half of the normal_
+    assert counters().skipped_words - skipped >= 2 * (131_072 + 65_536)

@@ -15,10 +15,23 @@ import torch
 
 from .tape import View
 
-__all__ = ["ELEMENTWISE", "FILLED", "TRUNC_NORMAL", "Block", "Ranks"]
+__all__ = ["ELEMENTWISE", "FILLED", "OVERWRITES", "TRUNC_NORMAL", "Block", "Ranks"]
 
 #: the step of ``nn.init.trunc_normal_`` (``functions.py``), whose rounds depend on values
 TRUNC_NORMAL = "torch.nn.init.trunc_normal_"
+
+#: steps that write every element of their first argument without reading it (when that is
+#: its whole storage: a replay need not run what wrote the storage before)
+OVERWRITES = frozenset(
+    {
+        "aten::uniform_.default",
+        "aten::normal_.default",
+        "aten::fill_.Scalar",
+        "aten::zero_.default",
+        "aten::copy_.default",
+        TRUNC_NORMAL,
+    }
+)
 
 #: in-place steps that act on each element alone, with scalar arguments: a block of a tensor
 #: takes them as the whole tensor would

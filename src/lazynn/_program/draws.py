@@ -248,7 +248,7 @@ def draw_region(
         if len(bounds) > 2:
             del bounds[-2]
         else:  # (one short last piece: start it earlier, at least 16 elements)
-            bounds[0] = max(0, rows - step * -(-16 // (step * row)))
+            bounds[0] = max(0, (rows * row - 16) // (step * row) * step)
     inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
     cursor.skip_to(bounds[0] * row)
     for lo, hi in itertools.pairwise(bounds):

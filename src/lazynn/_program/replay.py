@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .blocks import ELEMENTWISE, FILLED, TRUNC_NORMAL, Block, Ranks
+from .blocks import ELEMENTWISE, FILLED, OVERWRITES, TRUNC_NORMAL, Block, Ranks
 from .draws import FILLS, draw_parts, draw_region, draw_through
 from .rounds import splittable, trunc_normal_block, trunc_normal_whole
 from .stream import Stream
@@ -92,23 +92,49 @@ class Replay:
         self.env: dict[int, torch.Tensor] = {}
         #: how many steps have run (the generators are there)
         self.done = 0
+        self._sizes: dict[int, int] | None = None  # storage -> its elements
 
     # --- what runs -------------------------------------------------------------------------
     def needed(self, wanted: Iterable[int], upto: int) -> tuple[set[int], set[int]]:
         """The steps before ``upto`` that the storages ``wanted`` need, and every storage they
         need (walked back from the end: a step that makes or writes a needed storage is
-        needed, and so is what it reads)."""
+        needed, and so is what it reads; before a step that overwrites a storage whole
+        without reading it, only the step that makes it is)."""
         storages = set(wanted)
         steps: set[int] = set()
+        overwritten: set[int] = set()  # (needed only made: what writes them comes later)
         for index in range(upto - 1, -1, -1):
             step = self.tape.steps[index]
             if step.op == RESEED:
                 continue
             if not storages.isdisjoint((*step.creates, *step.writes)):
                 steps.add(index)
+                gone = self.overwrites(step)
+                storages.update(s for s in (*step.reads, *step.writes) if s != gone)
+                if gone is not None:
+                    storages.discard(gone)
+                    overwritten.add(gone)
+            elif not overwritten.isdisjoint(step.creates):
+                steps.add(index)  # (what makes it: a clone reads its source)
                 storages.update(step.reads)
-                storages.update(step.writes)
         return steps, storages
+
+    def overwrites(self, step: Step) -> int | None:
+        """The storage ``step`` writes every element of without reading it (a whole-tensor
+        fill, ``trunc_normal_``, ``zero_``, ``fill_``, ``copy_``), or None."""
+        target = step.args[0] if step.args else None
+        if step.op not in OVERWRITES or not isinstance(target, View) or target.offset:
+            return None
+        if target.storage in step.reads or not is_contiguous(target):
+            return None
+        if self._sizes is None:
+            self._sizes = {}
+            for made in self.tape.steps:
+                for view in made.outputs:
+                    if view is not None and view.storage in made.creates:
+                        size = max(self._sizes.get(view.storage, 0), extent(view))
+                        self._sizes[view.storage] = size
+        return target.storage if self._sizes.get(target.storage) == target.numel else None
 
     def run(
         self,
@@ -132,12 +158,16 @@ class Replay:
         local = {s for s, b in blocks.items() if self._splits(s, b.view, upto)}
         whole = {v.storage for v, b in wanted.items() if b is None or v.storage not in local}
         steps, _ = self.needed(whole - set(given), upto)
+        overwritten = {  # (a block's steps before its last whole overwrite: only drawn)
+            gone: index
+            for index, step in enumerate(self.tape.steps[:upto])
+            if (gone := self.overwrites(step)) in local
+        }
         mine = {
             index
-            for index in range(upto)
-            if not local.isdisjoint(
-                (*self.tape.steps[index].creates, *self.tape.steps[index].writes)
-            )
+            for index, step in enumerate(self.tape.steps[:upto])
+            for storage in local.intersection((*step.creates, *step.writes))
+            if index >= overwritten.get(storage, 0) or storage in step.creates
         }
         last = self._last_uses(steps, whole | set(given))
         drawn = [i for i in (*steps, *mine) if self.tape.steps[i].random]
