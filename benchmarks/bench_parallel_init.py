@@ -28,22 +28,25 @@ imports and caches):
   after it are saved to a temporary file for the exactness check.
 - ``unsharded``: ``lazynn.materialize(model, "cpu")`` of the whole model in one process.
 - ``threads T``: ``lazynn.materialize(model, "cpu", threads=T)``, unsharded, in that same
-  process; ``n/a`` while ``materialize`` takes no ``threads=``.
+  process.
 - ``fsdp N``: N ranks (gloo on 127.0.0.1), ``fully_shard`` per transformer block and the root
   (every parameter ``Shard(0)``), then ``lazynn.materialize(model, "cpu")``.
-- ``tp N``: N ranks, ``parallelize_module`` on a 1-D mesh of N with torchtitan's plan:
-  ``wq``, ``wk``, ``wv``, ``w1``, ``w3`` ``ColwiseParallel`` (``Shard(0)``), ``wo`` and ``w2``
-  ``RowwiseParallel`` (``Shard(1)``); the embedding, norms and head stay whole on every rank.
+- ``tp N``: N ranks, ``parallelize_module`` on a 1-D mesh of N with torchtitan's plan: the
+  token embedding ``RowwiseParallel`` (its weight ``Shard(0)``), the norms
+  ``SequenceParallel`` (replicated), the head ``ColwiseParallel``; in each block ``wq``,
+  ``wk``, ``wv``, ``w1``, ``w3`` ``ColwiseParallel`` (``Shard(0)``), ``wo`` and ``w2``
+  ``RowwiseParallel`` (``Shard(1)``: a column block, whose rows each rank draws whole: the
+  gap between two rows' parts, a few thousand words, is far below what a jump costs).
 
 Measured per rank (the model built and sharded outside the clock, the ranks started together
 after a barrier, and held at one after ``materialize`` so that none checks while others work):
 ``time.process_time()`` and wall time of ``materialize``; the growth of the rank's peak resident
-memory during it (Linux's ``VmHWM``, reset before it through ``/proc/self/clear_refs``); and,
-when ``lazynn._program.stream.stats()`` exists (issue 27's counters: seconds and number of
-generator jumps, words drawn and skipped; read before and after ``materialize``, the difference
-taken), the jumps' seconds apart: ``process_time - jump_seconds`` and its ratio to the eager
-``process_time``, against the target ``1.3 / N``. Without ``stats()`` those columns are empty
-and the ratio is the whole ``process_time``'s (today's code makes no jumps).
+memory during it (Linux's ``VmHWM``, reset before it through ``/proc/self/clear_refs``); and
+the counters of ``lazynn._program.stream.stats()`` (read before and after ``materialize``, the difference
+taken): the CPU seconds and number of the generator's jumps, and the words skipped (jumped,
+or drawn through by numpy). The jumps' seconds are reported apart, ``process_time -
+jump_seconds`` is the drawing, and its ratio to the eager ``process_time`` is set against
+the target ``1.3 / N``.
 
 Exactness: after each run every rank compares its local shard of every tensor with the same
 block of the eager model's (the file, loaded with ``mmap=True``; the block's offsets from
@@ -53,10 +56,7 @@ construction: ``exact: yes`` means every tensor bit for bit and the same state o
 Memory: before each sharded run, the ranks' peak is estimated as N times the largest peak of
 a rank in the previous run of that mode (the unsharded run's for the first); a run whose
 estimate exceeds 90% of ``MemAvailable`` is skipped and listed (``--no-memory-guard`` runs it
-anyway). Today a rank computes whole each tensor its replay cannot split into blocks (any not
-made by plain ``uniform_``/``normal_`` fills: here every linear weight, for ``trunc_normal_``)
-and holds the whole ones until it copies its blocks out (``_program/replay.py``): each rank
-peaks above the full model, and at the defaults on 24 GiB 4 and 8 ranks are skipped.
+anyway).
 
 Reading the numbers on a small machine: CPU time is the number to read, not wall time. The
 project's machine has 2 vCPUs that are one core's two SMT siblings: two busy processes there
@@ -108,7 +108,7 @@ MODES = ("fsdp", "tp")
 TINY = {"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "max_seq_len": 16}
 EXAMPLE = lazynn.Spec((1, 16), torch.long)
 #: the counters issue 27's stream reports (lazynn._program.stream.stats())
-STATS = ("jump_seconds", "jumps", "drawn_words", "skipped_words")
+STATS = ("jump_seconds", "jumps", "skipped_words", "skip_seconds")
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -123,11 +123,24 @@ def built(sizes: dict[str, int]) -> nn.Module:
 
 
 def tp_plan(model: nn.Module) -> dict[str, Any]:
-    """torchtitan's plan for a LLaMA block: column-wise in, row-wise out."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    """torchtitan's plan for a LLaMA: the token embedding row-wise (``Shard(0)`` of its
+    vocabulary), the norms ``SequenceParallel`` (replicated weights), the head column-wise;
+    in each block column-wise in (``Shard(0)``), row-wise out (``Shard(1)``)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+    )
 
-    plan: dict[str, Any] = {}
+    plan: dict[str, Any] = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate()),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(output_layouts=Replicate()),
+    }
     for i in range(len(model.layers)):  # type: ignore[arg-type]
+        for name in ("attention_norm", "ffn_norm"):
+            plan[f"layers.{i}.{name}"] = SequenceParallel()
         for name in ("attention.wq", "attention.wk", "attention.wv"):
             plan[f"layers.{i}.{name}"] = ColwiseParallel()
         for name in ("feed_forward.w1", "feed_forward.w3"):
@@ -503,7 +516,7 @@ def report(
     print()
     print(
         "| contender | ranks | rank | process_time | wall | jumps (count) "
-        "| process_time - jumps | ratio to eager | target 1.3/N | words drawn / skipped "
+        "| process_time - jumps | ratio to eager | target 1.3/N | words skipped "
         "| peak memory growth (x the model) | exact |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -516,10 +529,7 @@ def report(
         if stats is not None:
             net -= stats.get("jump_seconds", 0.0)
             jumps = f"{stats.get('jump_seconds', 0.0):.2f} s ({stats.get('jumps', 0):.0f})"
-            drawn = (
-                f"{stats.get('drawn_words', 0) / 1e6:.0f}M / "
-                f"{stats.get('skipped_words', 0) / 1e6:.0f}M"
-            )
+            drawn = f"{stats.get('skipped_words', 0) / 1e6:.0f}M"
         over = " (oversubscribed)" if world > cores else ""
         verdict = "(reference)" if mode == "eager" else "yes" if same else "no"
         target = f"{1.3 / world:.2f}x" if mode in MODES else ""

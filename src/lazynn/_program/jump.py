@@ -157,7 +157,7 @@ _cached: set[int] = set()
 
 @dataclass
 class Counters:
-    """What moving generators on cost this process (threads add to it)."""
+    """What moving generators on cost this process (threads add to it; CPU seconds)."""
 
     jumps: int = 0
     jump_seconds: float = 0.0
@@ -186,7 +186,7 @@ def advance(state: torch.Tensor, words: int, jump: bool | None = None) -> torch.
     key = raw[24 : 24 + 8 * _N].view("<u8").astype(np.uint32)
     used = _N + 1 - left  # words of the key drawn (numpy's pos)
     target = used + words  # from the start of ``key``
-    started = time.perf_counter()
+    started = time.thread_time()  # (CPU seconds of this thread: ranks share cores)
     jumped = False
     if target <= _N:
         pos = target
@@ -211,7 +211,7 @@ def advance(state: torch.Tensor, words: int, jump: bool | None = None) -> torch.
     raw[16:24] = np.array([pos], dtype="<u8").view(np.uint8)
     raw[24 : 24 + 8 * _N] = key.astype("<u8").view(np.uint8)
     with _lock:
-        elapsed = time.perf_counter() - started
+        elapsed = time.thread_time() - started
         if jumped:
             _counters.jumps += 1
             _counters.jump_seconds += elapsed
