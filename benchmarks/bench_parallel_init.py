@@ -42,9 +42,9 @@ Measured per rank (the model built and sharded outside the clock, the ranks star
 after a barrier, and held at one after ``materialize`` so that none checks while others work):
 ``time.process_time()`` and wall time of ``materialize``; the growth of the rank's peak resident
 memory during it (Linux's ``VmHWM``, reset before it through ``/proc/self/clear_refs``); and
-the counters of ``lazynn._program.stream.stats()`` (read before and after ``materialize``, the difference
-taken): the CPU seconds and number of the generator's jumps, and the words skipped (jumped,
-or drawn through by numpy). The jumps' seconds are reported apart, ``process_time -
+the counters of ``lazynn._program.stream.stats()`` (read before and after ``materialize``, the
+difference taken): the CPU seconds and number of the generator's jumps, and the words
+skipped (jumped, or drawn through by numpy). The jumps' seconds are reported apart, ``process_time -
 jump_seconds`` is the drawing, and its ratio to the eager ``process_time`` is set against
 the target ``1.3 / N``.
 
