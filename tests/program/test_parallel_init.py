@@ -337,3 +337,97 @@ def test_a_fill_a_later_one_overwrites_is_skipped_not_drawn() -> None:
     assert torch.equal(torch.cat([b["weight"] for b in blocks]), eager["weight"].detach())
     # each rank skips the whole uniform_ (131,072 words) and the other half of the normal_
     assert counters().skipped_words - skipped >= 2 * (131_072 + 65_536)
+
+
+@pytest.mark.parametrize(
+    ("shape", "offset", "size"),
+    [
+        ((17, 3), (16, 1), (1, 2)),  # (a block in the last, short piece: rows under 16)
+        ((33, 5), (32, 1), (1, 3)),
+        ((18, 3), (16, 1), (2, 1)),
+        ((3, 8), (2, 0), (1, 1)),
+    ],
+)
+@pytest.mark.parametrize("skips", [True, False])
+def test_a_block_in_the_last_short_piece_is_drawn(
+    shape: tuple[int, int],
+    offset: tuple[int, int],
+    size: tuple[int, int],
+    skips: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(Found by review: the last piece started off a 16-element boundary.) ``skips``: False
+    is the serial fallback (a failed self-test, CUDA), which draws the skipped pieces."""
+    import lazynn._program.stream as stream_module
+
+    monkeypatch.setattr(stream_module, "skipping", lambda: skips)
+    for fill in (torch.Tensor.uniform_, torch.Tensor.normal_):
+        generator = torch.Generator().manual_seed(5)
+        whole = fill(torch.empty(shape), generator=generator)
+        end = generator.get_state()
+        generator = torch.Generator().manual_seed(5)
+        block = torch.empty(size)
+        draw_region(block, fill, shape, offset, (), {"generator": generator})
+        index = tuple(slice(o, o + n) for o, n in zip(offset, size, strict=True))
+        assert torch.equal(block, whole[index])
+        assert torch.equal(generator.get_state(), end)
+
+
+@pytest.mark.parametrize(("total", "start", "stop"), [(40, 0, 24), (40, 16, 24), (100, 0, 70)])
+def test_the_serial_fallback_draws_a_last_piece_of_16_or_more(
+    total: int, start: int, stop: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice ending within 16 of a normal_'s end: the rest is one piece with the tail (a
+    shorter one would take torch's scalar path and draw other words)."""
+    import lazynn._program.stream as stream_module
+
+    monkeypatch.setattr(stream_module, "skipping", lambda: False)
+    generator = torch.Generator().manual_seed(2)
+    whole = torch.empty(total).normal_(generator=generator)
+    end = generator.get_state()
+    generator = torch.Generator().manual_seed(2)
+    part = torch.empty(stop - start)
+    draws_module.draw_slice(
+        part, torch.Tensor.normal_, (total,), start, (), {"generator": generator}
+    )
+    assert torch.equal(part, whole[start:stop])
+    assert torch.equal(generator.get_state(), end)
+
+
+def test_threads_jumping_for_the_first_time_at_once_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reduction table is made once, under a lock, whichever thread asks first."""
+    monkeypatch.setattr(jump_module, "_TABLE", [])
+    start = torch.Generator().manual_seed(9).get_state()
+    expected = jump_module.advance(start, 200_000, jump=False)
+    ready = threading.Barrier(8)
+    results: list[bool] = []
+
+    def jump() -> None:
+        ready.wait()
+        results.append(torch.equal(jump_module.advance(start, 200_000, jump=True), expected))
+
+    threads = [threading.Thread(target=jump) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [True] * 8
+    assert len(jump_module._TABLE) == 256
+
+
+def test_build_with_threads_keeps_the_dtype_and_what_is_declared_on_meta(
+    small_parts: None,
+) -> None:
+    got = {}
+    for threads in (1, 2):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(3, 4), lazynn.LazyLinear(1000))
+        lazynn.build(net, (2, 3), dtype=torch.float64, threads=threads)
+        got[threads] = net.state_dict()
+        torch.manual_seed(0)
+        declared = nn.Sequential(nn.Linear(3, 4, device="meta"), lazynn.LazyLinear(5))
+        lazynn.build(declared, (2, 3), threads=threads)
+        assert declared[0].weight.is_meta  # (declared there: the build allocates no eager layer)
+    for name, value in got[1].items():
+        assert value.dtype == torch.float64
+        assert torch.equal(got[2][name], value), name

@@ -48,9 +48,16 @@ from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, context, find_state
 from .._program.program import attach
 from .._program.record import Recorder, recording
-from .._module.tensors import byte_size, copy_values, is_placeholder, own_slots, own_tensors
+from .._module.tensors import (
+    byte_size,
+    copy_values,
+    is_placeholder,
+    move_to_meta,
+    own_slots,
+    own_tensors,
+)
 
-__all__ = ["build", "build_from", "move_to_meta"]
+__all__ = ["build", "build_from"]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -102,13 +109,24 @@ def build(
     """
     threads = check_threads(threads, "lazynn.build")
     target = torch.device(device) if device is not None else None
-    if threads > 1 and (target or torch.get_default_device()).type == "cpu":
+    if threads > 1 and _drawn_on_cpu(model, target):
         return _build_in_threads(model, example_inputs, example_kwargs, target, dtype, threads)
     if is_factory(model):
         made = build_factory(model, example_inputs, example_kwargs, target, dtype)
         return cast(M, made)
     assert isinstance(model, nn.Module)
     return build_from(cast(M, model), example_inputs, example_kwargs, device, dtype, progress)
+
+
+def _drawn_on_cpu(model: Any, target: torch.device | None) -> bool:
+    """Whether a build of ``model`` draws on the CPU only: its target is the CPU, and no tensor
+    of an instance is declared on meta (it stays there: nothing to draw)."""
+    if (target or torch.get_default_device()).type != "cpu":
+        return False
+    if not isinstance(model, nn.Module):
+        return True
+    tensors = (*model.parameters(), *model.buffers())
+    return not any(t.is_meta and not is_placeholder(t) for t in tensors)
 
 
 def _build_in_threads(
@@ -123,7 +141,7 @@ def _build_in_threads(
     with parts of its large fills drawn by threads (``install``), all or nothing."""
     target = target or torch.get_default_device()
     meta = torch.device("meta")
-    with BUILD_LOCK, atomic(*([model] if isinstance(model, nn.Module) else [])):
+    with BUILD_LOCK, atomic(*([model] if isinstance(model, nn.Module) else []), values=True):
         if is_factory(model):
             made = cast(M, build_factory(model, example_inputs, example_kwargs, meta, dtype))
         else:
@@ -132,6 +150,8 @@ def _build_in_threads(
         with torch.inference_mode(False):
             install(made, target, threads=threads)
         run_ready(made)  # (work queued with lazynn.on_build, still waiting)
+        if dtype is not None:  # (the eager layers too, as a build on the device does)
+            made.to(dtype=dtype)
     return made
 
 
@@ -187,31 +207,6 @@ def _retarget(module: nn.Module, device: torch.device | None, dtype: torch.dtype
             floating = tensor.is_floating_point()
             target = device if device is not None else tensor.device
             store[name] = relocate(tensor, target, dtype if floating else None)
-
-
-def move_to_meta(
-    module: nn.Module,
-    shared: dict[int, torch.Tensor],
-    only_shared: bool = False,
-    names: Collection[str] | None = None,
-) -> None:
-    """Move a module's own tensors to meta, one meta tensor per real one (ties kept);
-    ``only_shared``: move only those another module already moved (its tied weights);
-    ``names``: move only these (and the shared ones), the others keep their values."""
-    for store, name, tensor in own_slots(module):
-        moved = id(tensor) in shared
-        if tensor.is_meta or (only_shared and not moved):
-            continue
-        if names is not None and name not in names and not moved:
-            continue  # (its initializer does not write it: materialize could not remake it)
-        if id(tensor) not in shared:
-            meta = torch.empty_like(tensor, device="meta")
-            shared[id(tensor)] = (
-                nn.Parameter(meta, tensor.requires_grad)
-                if isinstance(tensor, nn.Parameter)
-                else meta
-            )
-        store[name] = shared[id(tensor)]
 
 
 class _Allocation:

@@ -20,7 +20,7 @@ device(type='meta')
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ __all__ = [
     "is_placeholder",
     "map_tensors",
     "meta_like",
+    "move_to_meta",
     "own_slots",
     "own_tensors",
     "raw",
@@ -161,3 +162,28 @@ def byte_size(n: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+def move_to_meta(
+    module: nn.Module,
+    shared: dict[int, torch.Tensor],
+    only_shared: bool = False,
+    names: Collection[str] | None = None,
+) -> None:
+    """Move a module's own tensors to meta, one meta tensor per real one (ties kept);
+    ``only_shared``: move only those another module already moved (its tied weights);
+    ``names``: move only these (and the shared ones), the others keep their values."""
+    for store, name, tensor in own_slots(module):
+        moved = id(tensor) in shared
+        if tensor.is_meta or (only_shared and not moved):
+            continue
+        if names is not None and name not in names and not moved:
+            continue  # (its initializer does not write it: materialize could not remake it)
+        if id(tensor) not in shared:
+            meta = torch.empty_like(tensor, device="meta")
+            shared[id(tensor)] = (
+                nn.Parameter(meta, tensor.requires_grad)
+                if isinstance(tensor, nn.Parameter)
+                else meta
+            )
+        store[name] = shared[id(tensor)]

@@ -127,8 +127,8 @@ class _Cursor:
         stop = start + flat.numel()
         lo = start - start % 16
         hi = min(self.total, -(-stop // 16) * 16)
-        if self.kind != "uniform" and stop > self.total - 16:
-            hi = self.total  # (normal_ draws the last 16 again when they are no block)
+        if self.kind != "uniform" and self.total - hi < 16:
+            hi = self.total  # (normal_ draws the last 16 again; a last piece is 16 or more)
         if hi == self.total and hi - lo < 16:
             lo = max(0, (self.total - 16) - (self.total - 16) % 16)
         if lo < self.at:  # (a piece drawn before ends in this 16-block: draw on from it)
@@ -251,8 +251,10 @@ def draw_region(
             bounds[0] = max(0, (rows * row - 16) // (step * row) * step)
     inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
     cursor.skip_to(bounds[0] * row)
+    widest = max(hi - lo for lo, hi in itertools.pairwise(bounds)) * row
+    rows_buffer = torch.empty(widest, dtype=out.dtype, device=out.device)
     for lo, hi in itertools.pairwise(bounds):
-        buffer = torch.empty((hi - lo) * row, dtype=out.dtype, device=out.device)
+        buffer = rows_buffer[: (hi - lo) * row]
         cursor.draw(buffer, lo * row)
         a, b = max(lo, first), min(hi, last)
         if a < b:
@@ -318,7 +320,7 @@ def draw_parts(
     for edge in edges[:-1]:  # (on this thread: the polynomials are pure Python)
         before = fill_words(kind, out.dtype, total, edge)
         assert before is not None
-        state = advance(state, before - at)
+        state = advance(state, before - at, jump=jump_pays(before - at, repeated=True))
         at = before
         part = torch.Generator()
         part.set_state(state)

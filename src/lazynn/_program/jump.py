@@ -23,7 +23,7 @@ True
 
 from __future__ import annotations
 
-import functools
+import collections
 import threading
 import time
 from dataclasses import dataclass
@@ -50,6 +50,7 @@ PHI_EXPONENTS = (
 )  # fmt: skip
 _DEGREE = 19937
 _N = 624  # words in the key
+_lock = threading.Lock()  # (the tables and counters below, shared by threads)
 _PHI = sum(1 << e for e in PHI_EXPONENTS)
 #: byte -> its bits spread to every other bit (squaring over GF(2))
 _SPREAD = np.array(
@@ -60,7 +61,10 @@ _TABLE: list[int] = []
 
 
 def _reduction_table() -> list[int]:
-    if not _TABLE:
+    with _lock:  # (threads may jump for the first time at once)
+        if _TABLE:
+            return _TABLE
+        table = []
         for t in range(256):
             value = t << _DEGREE
             top = value.bit_length() - 1
@@ -69,7 +73,8 @@ def _reduction_table() -> list[int]:
                 if reduced >> top & 1:
                     reduced ^= _PHI << (top - _DEGREE)
                 top -= 1
-            _TABLE.append((t << _DEGREE) ^ reduced)
+            table.append((t << _DEGREE) ^ reduced)
+        _TABLE.extend(table)
     return _TABLE
 
 
@@ -84,7 +89,6 @@ def _square_mod(g: int) -> int:
     return square
 
 
-@functools.lru_cache(maxsize=128)
 def x_pow_mod(k: int) -> int:
     """``x**k`` modulo mt19937's characteristic polynomial, as an int (bit i: x**i)."""
     if k < _DEGREE:
@@ -99,14 +103,27 @@ def x_pow_mod(k: int) -> int:
     return g
 
 
-@functools.lru_cache(maxsize=128)
+#: distance -> the exponents of ``x**distance mod PHI``'s terms, the most recent last
+_TERMS: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+_KEPT = 128
+
+
 def _terms(k: int) -> np.ndarray:
-    """The exponents of ``x**k mod PHI``'s nonzero terms."""
+    """The exponents of ``x**k mod PHI``'s nonzero terms (kept for the last 128 distances)."""
+    with _lock:
+        if k in _TERMS:
+            _TERMS.move_to_end(k)
+            return _TERMS[k]
     g = x_pow_mod(k)
     bits = np.unpackbits(
         np.frombuffer(g.to_bytes((_DEGREE + 7) // 8, "little"), dtype=np.uint8), bitorder="little"
     )
-    return np.flatnonzero(bits[:_DEGREE])
+    terms = np.flatnonzero(bits[:_DEGREE])
+    with _lock:
+        _TERMS[k] = terms
+        while len(_TERMS) > _KEPT:
+            _TERMS.popitem(last=False)
+    return terms
 
 
 def _untempered(key: np.ndarray) -> np.ndarray:
@@ -147,12 +164,9 @@ def jump_pays(words: int, repeated: bool = False) -> bool:
     distance jumped again and again, whose polynomial is computed once)."""
     if words < _DEGREE:
         return False
-    distance = _N * ((words - 1) // _N)
-    cached = repeated or distance in _cached
+    distance = _N * ((words - 1) // _N - 1)
+    cached = repeated or distance in _TERMS
     return _APPLY + (0 if cached else _PER_BIT * distance.bit_length()) < _DRAW * words
-
-
-_cached: set[int] = set()
 
 
 @dataclass
@@ -166,7 +180,6 @@ class Counters:
 
 
 _counters = Counters()
-_lock = threading.Lock()
 
 
 def counters() -> Counters:
@@ -195,8 +208,6 @@ def advance(state: torch.Tensor, words: int, jump: bool | None = None) -> torch.
         distance = _N * (twists - 1)
         if distance:
             key = _jumped_key(key, distance)
-            with _lock:
-                _cached.add(distance)
         generator = np.random.MT19937()
         generator.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": _N}}
         generator.random_raw(target - _N * twists, output=False)
