@@ -472,3 +472,79 @@ def test_fsdp2_refuses_an_unbuilt_model_and_leaves_it_as_it_was(
         assert r["dtensor"]
         assert_params_equal(r["sharded"], eager, f"rank {r['rank']} built after the refusal")
         assert r["grads"]
+
+
+# --- a tie of a sharded slot and a whole one; a failing later tape (found by review) ----------
+
+
+class _TiedHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(64, 16)
+        self.body = lazynn.LazyLinear(16)
+        self.head = nn.Linear(16, 64, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+_G = torch.Generator()
+
+
+class _DrawsFromG(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.empty(500).normal_(generator=_G))
+        self.l = lazynn.LazyLinear(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l(x)
+
+
+class _Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = lazynn.LazyLinear(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l(x)
+
+
+def _edges_worker(rank: int, world: int) -> Report:
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor, Partial
+
+    report: Report = {}
+    for sharded in ("head", "emb"):  # (fully_shard on one of the two tied modules)
+        torch.manual_seed(0)
+        model = lazynn.build(_TiedHead, (2, 5), device="meta")
+        fully_shard(getattr(model, sharded), mesh=_mesh())
+        lazynn.materialize(model, "cpu")
+        weight = getattr(model, sharded).weight
+        report[sharded] = pack(weight.full_tensor().detach())
+    _G.manual_seed(3)
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        lazynn.build(_DrawsFromG, (2, 3), device="meta"),
+        lazynn.build(_Plain, (2, 3), device="meta"),
+    )
+    meta = torch.empty(model[1].l.weight.shape, device="meta")
+    model[1].l.weight = nn.Parameter(DTensor.from_local(meta, _mesh(), [Partial()]))
+    before = _G.get_state()
+    report["refused"] = refusal(lazynn.materialize, model, "cpu") is not None
+    report["generator kept"] = torch.equal(_G.get_state(), before)
+    return report
+
+
+@pytest.mark.distributed
+def test_a_tie_of_a_sharded_and_a_whole_slot_and_a_failing_later_tape() -> None:
+    """The sharded slot of a tie takes its block of the whole value (it held uninitialized
+    memory); a refusal in a later tape leaves a generator an earlier tape drew from as it was."""
+    torch.manual_seed(0)
+    eager = lazynn.build(_TiedHead, (2, 5)).emb.weight.detach()
+    for r in section(run_sections(_edges_worker), _edges_worker):
+        assert torch.equal(unpack(r["head"]), eager), r["rank"]
+        assert torch.equal(unpack(r["emb"]), eager), r["rank"]
+        assert r["refused"]
+        assert r["generator kept"]

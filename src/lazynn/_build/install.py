@@ -97,9 +97,14 @@ def install(
     tapes: dict[int, tuple[Tape, list[_Slot]]] = {}
     for slot in slots:
         tapes.setdefault(id(slot[3].tape), (slot[3].tape, []))[1].append(slot)
-    count = 0
-    for tape, mine in tapes.values():
-        count += _Install(model, tape, mine, target, advance, threads).run()
+    count, state, done = 0, None, []
+    for tape, mine in tapes.values():  # (each tape's default generator starts where the last ended)
+        job = _Install(model, tape, mine, target, advance, threads, state)
+        count += job.run()
+        state = job.replay.default.get_state()
+        done.append(job)
+    for job in done:  # (generators moved once every tape ran: a failure leaves them as they were)
+        job.replay.finish()
     return count
 
 
@@ -115,11 +120,14 @@ class _Install:
         target: torch.device,
         advance: Any,
         threads: int,
+        default: torch.Tensor | None,
     ) -> None:
         self.model, self.slots, self.advance = model, slots, advance
         self.wanted: dict[View, Block | None] = {}
         #: id(a slot's dtensor) -> a new DTensor on the target, whose block the replay fills
         self.shards: dict[int, Any] = {}
+        #: id(a slot's dtensor) -> where its block is (copied from a whole value: a tie)
+        self.offsets: dict[int, tuple[int, ...]] = {}
         for module, path, name, program in slots:
             tensor = _current(module, name)
             if _is_dtensor(tensor) and id(tensor) not in self.shards:  # (a tie: one shard)
@@ -127,12 +135,13 @@ class _Install:
                 empty = shard.to_local().numel() == 0  # (an uneven shard: draws, keeps none)
                 offset = (0,) * shard.ndim if empty else block_offset(shard, _label(path, name))
                 self.shards[id(tensor)] = shard
+                self.offsets[id(tensor)] = offset
                 if program.view not in self.wanted:
                     self.wanted[program.view] = Block(program.view, offset, shard.to_local())
             elif not _is_dtensor(tensor):
                 self.wanted[program.view] = None  # (whole, also when a tie wants a block)
         ranks = _ranks(list(self.shards.values()), target)
-        self.replay = Replay(tape, target, ranks=ranks, threads=threads)
+        self.replay = Replay(tape, target, default, ranks=ranks, threads=threads)
         #: (view, id(the slot's meta tensor)) -> what took its place
         self.made: dict[tuple[View, int], Any] = {}
         self.count = 0
@@ -140,7 +149,6 @@ class _Install:
     def run(self) -> int:
         with torch.inference_mode(False):
             values = self.replay.run(self.wanted, queued=self.queued)
-            self.replay.finish()
         for slot in self.slots:
             self.put(slot, values[slot[3].view])
         return self.count
@@ -150,7 +158,15 @@ class _Install:
         tensor = _current(module, name)
         key = (program.view, id(tensor))
         if key not in self.made:
-            made = _value(tensor, program, value, self.shards.get(id(tensor)))
+            shard = self.shards.get(id(tensor))
+            if shard is not None and self.wanted.get(program.view) is None:
+                # (a tie of a sharded slot and a whole one: the block from the whole value)
+                local = shard.to_local()
+                offset = self.offsets[id(tensor)]
+                index = tuple(slice(o, o + n) for o, n in zip(offset, local.shape, strict=True))
+                with torch.no_grad():
+                    local.copy_(value[index])
+            made = _value(tensor, program, value, shard)
             self.made[key] = made
             self.count += made.numel()
             if self.advance is not None:
