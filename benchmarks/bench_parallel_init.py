@@ -53,8 +53,8 @@ block of the eager model's (the file, loaded with ``mmap=True``; the block's off
 DTensor's ``__create_chunk_list__``), and its generator's state with the eager one's after
 construction: ``exact: yes`` means every tensor bit for bit and the same state on every rank.
 
-Memory: before each sharded run, the ranks' peak is estimated as N times the largest peak of
-a rank in the previous run of that mode (the unsharded run's for the first); a run whose
+Memory: before each sharded run, the ranks' peak is estimated from the previous run of that
+mode, a rank's growth scaled by 1/N (the unsharded run's peak for the first); a run whose
 estimate exceeds 90% of ``MemAvailable`` is skipped and listed (``--no-memory-guard`` runs it
 anyway).
 
@@ -478,13 +478,20 @@ def main() -> None:
                 runs.append((f"{mode} x {world}", rank_worker, ranks, world, world))
         for name, target, targs, processes, reports in runs:
             if target is rank_worker:
-                # a rank may peak as high as the largest rank of this mode's last run did, or
-                # as the unsharded run (today's code: each rank computes whole tensors)
+                # a rank's growth falls as 1/N (it draws and holds only its shards): scaled
+                # from this mode's last run, or the unsharded run's for the first
                 mode, world = targs[2], targs[0]
-                done = [r[3] for r in rows if r[0] == mode] or [
-                    r[3] for r in rows if r[0] == "unsharded"
-                ]
-                need = world * max(top(r) for r in done)
+                previous = [r for r in rows if r[0] == mode]
+                if previous:
+                    last = max(r[1] for r in previous)
+                    per = max(
+                        r[3]["resident"] + max(r[3]["peak"], 0) * last / world
+                        for r in previous
+                        if r[1] == last
+                    )
+                else:
+                    per = max(top(r[3]) for r in rows if r[0] == "unsharded")
+                need = int(world * per)
                 if not args.no_memory_guard and need > 0.9 * available():
                     skipped.append(
                         f"{name}: skipped, {world} ranks x {need / world / 2**30:.1f} GiB (a "
