@@ -307,14 +307,12 @@ def main() -> None:
     lines += [
         "## Where cold time goes",
         "",
-        "The first meta operations in a process run torch's Python meta kernels, which import "
-        f"sympy (the first matmul: {cold['sympy']:.2f} s measured here) and torch._dynamo (the "
-        "first normalization, through the `_disable_dynamo` wrapper on torch's reference "
-        f"kernels: {cold['torch._dynamo']:.2f} s). Neither is lazynn's, neither can be avoided "
-        "by a meta dry run, and any use of meta or fake tensors (torch.compile, FSDP's meta "
-        "initialization) pays them once per process. They are most of the cold overhead above: "
-        "ResNet-50 is dominated by them (its eager construction takes a fraction of a second); "
-        "for GPT-2-medium they are about a third of eager construction.",
+        "torch's Python meta kernels import sympy and torch._dynamo the first time they run "
+        f"(here: sympy {cold['sympy']:.2f} s, torch._dynamo {cold['torch._dynamo']:.2f} s on "
+        "their own). lazynn's rehearsal answers the common functions and torch.nn layers by "
+        "formula and its dispatch modes are not wrapped for dynamo, so a build or summary of a "
+        "model of torch.nn layers imports neither (tests/rehearsal/test_shapes.py); a model "
+        "constructed under torch.device('meta') by the user still does (torch's own init).",
         "",
     ]
     text = "\n".join(lines)

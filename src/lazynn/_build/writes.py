@@ -55,6 +55,12 @@ class Writes(TorchDispatchMode):
     doc): a write through a view (``w[0].normal_()``) sets that view's elements only. A tensor
     an op makes (``torch.randn``, ``zeros``) is written whole, unless the op is an ``empty``."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # (else torch wraps __torch_dispatch__ in a dynamo "disable", which imports
+        # torch._dynamo, 1-2 s, at the first op; this mode never runs under torch.compile)
+        return False
+
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         #: storage -> None (written whole) or where its partial writes went

@@ -34,11 +34,12 @@ import contextlib
 import dataclasses
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
 import torch
+from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 # TorchDispatchMode lives in a private module, but it is the documented way to write a mode
@@ -380,6 +381,12 @@ def _returns_tensors(func: Any) -> bool:
 
 
 class _Ops(TorchDispatchMode):  # (a Recorder's aten half)
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # (else torch wraps __torch_dispatch__ in a dynamo "disable", which imports
+        # torch._dynamo, 1-2 s, at the first op; this mode never runs under torch.compile)
+        return False
+
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.recorder = recorder
@@ -417,7 +424,9 @@ class _Ops(TorchDispatchMode):  # (a Recorder's aten half)
             _note_outputs(recorder, step, result)
             return result
         try:
-            result = func(*args, **kwargs)
+            result = _filled_on_meta(func, args, kwargs)
+            if result is None:
+                result = func(*args, **kwargs)
         except Exception as error:
             if not meta_limitation(error):
                 raise
@@ -428,6 +437,33 @@ class _Ops(TorchDispatchMode):  # (a Recorder's aten half)
             )
         recorder.record(name, args, kwargs, result, written, random)
         return result
+
+
+#: in-place fills whose meta kernel only checks its arguments (torch's are Python refs, which
+#: import torch._dynamo and sympy the first time): aten op -> its check of them
+_FILLS: dict[Any, Callable[..., bool]] = {
+    torch.ops.aten.normal_.default: lambda mean=0.0, std=1.0, generator=None: std >= 0,
+    torch.ops.aten.uniform_.default: lambda low=0.0, high=1.0, generator=None: low <= high,
+    torch.ops.aten.fill_.Scalar: lambda value: True,
+    torch.ops.aten.zero_.default: lambda: True,
+}
+
+
+def _filled_on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A fill of a plain meta tensor of a floating dtype (``normal_`` of an embedding on
+    meta): the tensor itself, as its meta kernel returns it, without running that kernel;
+    None for anything else, or arguments its kernel may refuse (its kernel then raises)."""
+    check = _FILLS.get(func)
+    if check is None or not args or type(args[0]) not in (torch.Tensor, nn.Parameter):
+        return None
+    tensor = args[0]
+    if not tensor.is_meta or not tensor.dtype.is_floating_point:
+        return None
+    try:
+        ok = check(*args[1:], **kwargs)
+    except TypeError:
+        return None
+    return tensor if ok is True else None
 
 
 def _note_outputs(recorder: Recorder, step: Step, result: Any) -> None:

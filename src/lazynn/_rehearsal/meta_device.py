@@ -31,6 +31,9 @@ import torch
 # it by isinstance). tests/ecosystem/test_torch_internals.py checks that it still fills in the
 # device.
 from torch.utils._device import DeviceContext
+from torch.utils.flop_counter import FlopCounterMode
+
+from .shapes import answer, flops
 
 __all__ = ["MetaDevice"]
 
@@ -57,13 +60,31 @@ def _on_a_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return first is not None and not first.is_meta
 
 
+def _count(counter: FlopCounterMode, counted: tuple[Any, int] | None) -> None:
+    """Add an answered call's FLOPs to ``counter`` as its dispatch mode adds a kernel's
+    (``FlopCounterMode._count_flops``: to every module running)."""
+    if counted is not None:
+        op, n = counted
+        for parent in set(counter.mod_tracker.parents):
+            counter.flop_counts[parent][op] += n
+
+
 class MetaDevice(DeviceContext):
     """``torch.device("meta")`` as a context, with ``drew``: whether a call under it drew
-    from a generator on a real device."""
+    from a generator on a real device.
 
-    def __init__(self) -> None:
+    ``fast``: with autograd off, the common functions on meta tensors are answered by
+    formula (``shapes.answer``: an empty tensor of the output's shape, dtype and strides)
+    instead of torch's meta kernels, many of which are Python references; ``counter``, a
+    ``FlopCounterMode`` running inside, is given the FLOPs of the calls so answered."""
+
+    def __init__(self, fast: bool = False, counter: FlopCounterMode | None = None) -> None:
         super().__init__("meta")
         self.drew = False
+        self.fast = fast
+        self.counter = counter
+        # (FlopCounterMode's dispatch mode is the only one a formula may pass by)
+        self._modes = 0 if counter is None else 1
 
     def __enter__(self) -> MetaDevice:
         super().__enter__()  # type: ignore[no-untyped-call]
@@ -79,4 +100,14 @@ class MetaDevice(DeviceContext):
         kwargs = kwargs or {}
         if not self.drew and getattr(func, "__name__", None) in _DRAWS:
             self.drew = _on_a_device(args, kwargs)
+        if (
+            self.fast
+            and not torch.is_grad_enabled()
+            and torch._C._len_torch_dispatch_stack() == self._modes
+        ):
+            out = answer(func, args, kwargs)
+            if out is not None:
+                if self.counter is not None:
+                    _count(self.counter, flops(func, out, args, kwargs))
+                return out
         return super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]

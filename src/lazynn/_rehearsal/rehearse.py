@@ -51,6 +51,7 @@ from .._module.tensors import (
     own_tensors,
     shapes,
 )
+from .counter import FlopCounter
 from .failures import failure_of
 from .learnt import Call, Rehearsal, TensorInfo
 from .memo import Below, Memo
@@ -128,7 +129,7 @@ class _Run:
         self.failures: list[tuple[BaseException, tuple[str, nn.Module, Any, Any]]] = []
         #: the innermost module whose forward raised the run's error, if it raised
         self.failed: nn.Module | None = None
-        self.counter = FlopCounterMode(display=False) if count_flops else None
+        self.counter = FlopCounter(display=False) if count_flops else None
         self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
         self.record = _Record(self.calls, self.counter, self.rehearsing)
         self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
@@ -348,7 +349,8 @@ def _rehearse(
     handles = run.hook()
     here = context()
     outer, here.rehearsal = here.rehearsal, run.rehearsing
-    drawn, others, device = RandomState(), OtherRandom(), MetaDevice()  # (the module doc)
+    drawn, others = RandomState(), OtherRandom()
+    device = MetaDevice(fast=True, counter=run.counter)  # (the module doc)
     seed = torch.initial_seed()
     try:
         # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta

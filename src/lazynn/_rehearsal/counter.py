@@ -1,0 +1,48 @@
+"""The rehearsal's FLOP counter: torch's ``FlopCounterMode``, without importing the compiler.
+
+torch wraps every Python dispatch mode's ``__torch_dispatch__`` in a dynamo "disable", which
+imports ``torch._dynamo`` (1-2 s) at the first op it sees: a ``summary``, which counts FLOPs,
+would pay it in every fresh process. :class:`FlopCounter` is ``FlopCounterMode`` (the same
+formulas, the same counts) whose dispatch mode is the same code, unwrapped: a rehearsal never
+runs under ``torch.compile``.
+
+>>> import torch
+>>> with FlopCounter(display=False) as counter:
+...     _ = torch.ones(2, 3) @ torch.ones(3, 4)
+>>> counter.get_total_flops()
+48
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# FlopCounterMode's dispatch mode, _FlopCounterMode: private, the only way to count as it
+# counts (tests/ecosystem/test_torch_internals.py checks that it is still there)
+from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode
+
+__all__ = ["FlopCounter"]
+
+_dispatch = _FlopCounterMode.__torch_dispatch__
+_dispatch = getattr(_dispatch, "__wrapped__", _dispatch)  # (torch's, unwrapped)
+
+
+class _Counting(_FlopCounterMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return _dispatch(self, func, types, args, kwargs)  # type: ignore[no-untyped-call]
+
+
+class FlopCounter(FlopCounterMode):
+    """``FlopCounterMode`` whose first op imports no compiler (see the module doc)."""
+
+    def __enter__(self) -> FlopCounter:
+        super().__enter__()  # type: ignore[no-untyped-call]  # (its dispatch mode: replaced)
+        assert self.mode is not None
+        self.mode.__exit__(None, None, None)
+        self.mode = _Counting(self)
+        self.mode.__enter__()  # type: ignore[no-untyped-call]
+        return self

@@ -1,0 +1,288 @@
+"""torch.nn's layers' output shapes by formula (linear, convolution, pooling, attention,
+embedding), and the checks every formula of the rehearsal shares (``shapes.py`` is the
+table; its module doc says when a formula answers).
+
+A check that fails raises :class:`Unsure`: the formula is not sure of torch's answer, and
+torch's kernel runs (and raises its own error for an input it refuses).
+
+>>> import torch
+>>> x, w = torch.empty(2, 3, 8, 8, device="meta"), torch.empty(4, 3, 3, 3, device="meta")
+>>> LAYERS[torch.nn.functional.conv2d](x, w, None, 2, 1).shape
+torch.Size([2, 4, 4, 4])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "FLOATS",
+    "FLOPS",
+    "LAYERS",
+    "NUMBER",
+    "Unsure",
+    "check",
+    "dim_index",
+    "empty",
+    "floating",
+    "like",
+    "plain_meta",
+    "row_major",
+]
+
+FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+_PLAIN = frozenset({Tensor, torch.nn.Parameter})
+NUMBER = (bool, int, float)
+_aten = torch.ops.aten
+
+
+class Unsure(Exception):
+    """The formula is not sure of torch's answer: torch's kernel runs."""
+
+
+def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def plain_meta(t: Any) -> Tensor:
+    """``t``, a plain meta tensor (else: unsure)."""
+    if type(t) not in _PLAIN or not t.is_meta:
+        raise Unsure
+    return t  # type: ignore[no-any-return]
+
+
+def row_major(t: Any) -> Tensor:
+    """``t``, a plain meta tensor with row-major strides (else: unsure)."""
+    if plain_meta(t).stride() != _row_major(t.shape):
+        raise Unsure
+    return t  # type: ignore[no-any-return]
+
+
+def floating(t: Any, strided: bool = False) -> Tensor:
+    """``t``, a plain meta tensor of a floating dtype, row-major unless ``strided``."""
+    t = plain_meta(t) if strided else row_major(t)
+    if t.dtype not in FLOATS:
+        raise Unsure
+    return t  # type: ignore[no-any-return]
+
+
+def empty(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def like(t: Tensor) -> Tensor:
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def check(condition: bool) -> None:
+    if not condition:
+        raise Unsure
+
+
+def dim_index(dim: Any, rank: int) -> int:
+    check(type(dim) is int and -max(rank, 1) <= dim < max(rank, 1))
+    return dim % max(rank, 1)  # type: ignore[no-any-return]
+
+
+# --- layers with weights, pooling ------------------------------------------------------------
+def _linear(t: Any, weight: Any, bias: Any = None) -> Tensor:
+    # (any strides: the output is a matrix product's, row-major)
+    t, weight = floating(t, strided=True), row_major(weight)
+    check(t.dim() >= 1 and weight.dim() == 2 and weight.dtype == t.dtype)
+    check(t.shape[-1] == weight.shape[1])
+    out = weight.shape[0]
+    check(bias is None or (row_major(bias).shape == (out,) and bias.dtype == t.dtype))
+    return empty((*t.shape[:-1], out), t.dtype)
+
+
+def _linear_flops(out: Tensor, t: Tensor, weight: Tensor, bias: Any = None) -> tuple[Any, int]:
+    rows = math.prod(t.shape[:-1])
+    return (_aten.addmm if bias is not None else _aten.mm), 2 * rows * t.shape[-1] * out.shape[-1]
+
+
+def _attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_mask: Any = None,
+    dropout_p: Any = 0.0,
+    is_causal: Any = False,
+    scale: Any = None,
+    enable_gqa: Any = False,
+) -> Tensor:
+    # (any strides: on meta torch runs the math kernel, whose output is row-major)
+    q, k, v = floating(q, True), floating(k, True), floating(v, True)
+    check(attn_mask is None and not enable_gqa and type(is_causal) is bool)
+    check(isinstance(dropout_p, NUMBER) and (scale is None or isinstance(scale, NUMBER)))
+    check(q.dim() >= 2 and q.dim() == k.dim() == v.dim() and q.dtype == k.dtype == v.dtype)
+    check(q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and k.shape[-2] == v.shape[-2])
+    check(q.shape[-1] == k.shape[-1] and q.numel() > 0 and k.numel() > 0 and v.numel() > 0)
+    return empty((*q.shape[:-1], v.shape[-1]), q.dtype)
+
+
+def _attention_flops(out: Tensor, q: Tensor, k: Tensor, v: Tensor, *_: Any, **__: Any) -> Any:
+    # (on meta torch runs the math kernel: two batched matmuls, q @ k^T and the weights @ v)
+    batch, length, keys = math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2]
+    return _aten.bmm, 2 * batch * length * keys * (q.shape[-1] + v.shape[-1])
+
+
+def _expand(value: Any, rank: int, least: int) -> tuple[int, ...]:
+    """A convolution's stride, padding or dilation as ``rank`` ints of at least ``least``."""
+    values = (value,) * rank if type(value) is int else tuple(value)
+    if len(values) == 1:
+        values = values * rank
+    check(len(values) == rank and all(type(v) is int and v >= least for v in values))
+    return values
+
+
+def _conv(rank: int) -> Callable[..., Tensor]:
+    def formula(
+        t: Any,
+        weight: Any,
+        bias: Any = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: Any = 1,
+    ) -> Tensor:
+        t, weight = floating(t), row_major(weight)
+        check(t.dim() in (rank + 1, rank + 2) and weight.dim() == rank + 2)
+        check(weight.dtype == t.dtype and type(groups) is int and groups > 0)
+        out_channels, kernel = weight.shape[0], weight.shape[2:]
+        check(t.shape[-rank - 1] == weight.shape[1] * groups and out_channels % groups == 0)
+        check(t.numel() > 0 and weight.numel() > 0)
+        check(bias is None or (row_major(bias).shape == (out_channels,) and bias.dtype == t.dtype))
+        strides, dilations = _expand(stride, rank, 1), _expand(dilation, rank, 1)
+        spatial = t.shape[-rank:]
+        if padding == "same":
+            check(strides == (1,) * rank)
+            sizes = tuple(spatial)
+        else:
+            pads = _expand(0 if padding == "valid" else padding, rank, 0)
+            sizes = tuple(
+                (n + 2 * p - d * (k - 1) - 1) // s + 1
+                for n, p, d, k, s in zip(spatial, pads, dilations, kernel, strides, strict=True)
+            )
+            reach = zip(spatial, pads, dilations, kernel, strict=True)
+            check(all(n + 2 * p >= d * (k - 1) + 1 for n, p, d, k in reach))
+        check(all(n > 0 for n in sizes))
+        return empty((*t.shape[: -rank - 1], out_channels, *sizes), t.dtype)
+
+    return formula
+
+
+def _conv_flops(out: Tensor, t: Tensor, weight: Tensor, *_: Any, **__: Any) -> Any:
+    # (FlopCounterMode's conv_flop_count of aten.convolution: an unbatched input is batched)
+    rank = weight.dim() - 2
+    batch = t.shape[0] if t.dim() == rank + 2 else 1
+    return _aten.convolution, 2 * batch * math.prod(weight.shape) * math.prod(out.shape[-rank:])
+
+
+def _pooled(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    """ATen's ``pooling_output_shape``."""
+    out = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _spatial(t: Tensor, rank: int) -> tuple[int, ...]:
+    """An image-like input's spatial sizes: batched or not, none of them or its channels 1
+    (where row-major strides are also channels-last ones, torch's choice is not sure)."""
+    check(t.dim() in (rank + 1, rank + 2) and t.numel() > 0)
+    check(all(n > 1 for n in t.shape[-rank - 1 :]) or rank == 1)
+    return tuple(t.shape[-rank:])
+
+
+def _max_pool(rank: int) -> Callable[..., Tensor]:
+    def formula(
+        t: Any,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        ceil_mode: Any = False,
+        return_indices: Any = False,
+    ) -> Tensor:
+        t = floating(t)
+        spatial = _spatial(t, rank)
+        check(return_indices is False and type(ceil_mode) is bool)
+        kernel = _expand(kernel_size, rank, 1)
+        strides = kernel if stride is None or stride == [] else _expand(stride, rank, 1)
+        pads, dilations = _expand(padding, rank, 0), _expand(dilation, rank, 1)
+        check(all(p <= k // 2 for p, k in zip(pads, kernel, strict=True)))
+        sizes = tuple(
+            _pooled(*a, ceil_mode)
+            for a in zip(spatial, kernel, strides, pads, dilations, strict=True)
+        )
+        check(all(n > 0 for n in sizes))
+        return empty((*t.shape[:-rank], *sizes), t.dtype)
+
+    return formula
+
+
+def _adaptive_pool(rank: int) -> Callable[..., Tensor]:
+    def formula(t: Any, output_size: Any) -> Tensor:
+        t = floating(t)
+        _spatial(t, rank)
+        sizes = (output_size,) * rank if type(output_size) is int else tuple(output_size)
+        check(len(sizes) == rank and (rank > 1 or None not in sizes))
+        kept = tuple(t.shape[-rank + i] if s is None else s for i, s in enumerate(sizes))
+        check(all(type(s) is int and s >= 0 for s in kept))
+        return empty((*t.shape[:-rank], *kept), t.dtype)
+
+    return formula
+
+
+def _embedding(
+    t: Any,
+    weight: Any,
+    padding_idx: Any = None,
+    max_norm: Any = None,
+    norm_type: Any = 2.0,
+    scale_grad_by_freq: Any = False,
+    sparse: Any = False,
+) -> Tensor:
+    # (any strides of the indices: the output is an index_select's, row-major)
+    t, weight = plain_meta(t), floating(weight)
+    check(t.dtype in (torch.int64, torch.int32) and weight.dim() == 2 and max_norm is None)
+    check(padding_idx is None or (type(padding_idx) is int and abs(padding_idx) < weight.shape[0]))
+    check(padding_idx is None or padding_idx >= -weight.shape[0])
+    return empty((*t.shape, weight.shape[1]), weight.dtype)
+
+
+#: torch.nn's layers' functions -> their formulas
+LAYERS: dict[Any, Callable[..., Tensor]] = {
+    F.linear: _linear,
+    F.scaled_dot_product_attention: _attention,
+    F.embedding: _embedding,
+    F.conv1d: _conv(1),
+    F.conv2d: _conv(2),
+    F.conv3d: _conv(3),
+    F.max_pool1d: _max_pool(1),
+    F.max_pool2d: _max_pool(2),
+    F.max_pool3d: _max_pool(3),
+    F.adaptive_avg_pool1d: _adaptive_pool(1),
+    F.adaptive_avg_pool2d: _adaptive_pool(2),
+    F.adaptive_avg_pool3d: _adaptive_pool(3),
+}
+
+#: the answered functions with FLOPs: function -> (out, *args, **kwargs) -> (aten op, FLOPs),
+#: as ``FlopCounterMode`` counts them (only the total is read: the op is the likeliest)
+FLOPS: dict[Any, Callable[..., tuple[Any, int]]] = {
+    F.linear: _linear_flops,
+    F.scaled_dot_product_attention: _attention_flops,
+    F.conv1d: _conv_flops,
+    F.conv2d: _conv_flops,
+    F.conv3d: _conv_flops,
+}

@@ -1,0 +1,431 @@
+"""The rehearsal's formulas (``_rehearsal/shapes.py``) give exactly what torch's meta kernels
+give: the same shape, dtype and strides (the input itself where torch returns it), the same
+FLOPs, and, for an input torch refuses, torch's own error (the formula leaves it to torch).
+One harness: each function the formulas answer is a row, its inputs drawn by hypothesis
+(broadcasting, type promotion with scalars and mixed dtypes, batch-less inputs, ``dim=None``,
+negative dims, empty dims, strided inputs, invalid shapes).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from torch.utils.flop_counter import FlopCounterMode
+
+from lazynn._rehearsal.meta_device import MetaDevice
+from lazynn._rehearsal.shapes import FLOPS, answer, flops
+from paths import ROOT
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+DTYPES = [*FLOATS, torch.int64, torch.int32, torch.bool]
+
+Draw = Callable[[st.DataObject], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+def meta(data: st.DataObject, shape: tuple[int, ...], dtypes: list[torch.dtype] = FLOATS) -> Any:
+    """A meta tensor of ``shape``: mostly row-major, sometimes strided (a permutation's)."""
+    dtype = data.draw(st.sampled_from(dtypes))
+    if len(shape) > 1 and data.draw(st.integers(0, 4)) == 0:
+        order = data.draw(st.permutations(range(len(shape))))
+        base = torch.empty([shape[i] for i in order], dtype=dtype, device="meta")
+        return base.permute([order.index(i) for i in range(len(shape))])
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def shape(data: st.DataObject, least: int = 0, most: int = 4, low: int = 0) -> tuple[int, ...]:
+    rank = data.draw(st.integers(least, most))
+    return tuple(data.draw(st.lists(st.integers(low, 4), min_size=rank, max_size=rank)))
+
+
+def one(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (meta(data, shape(data), DTYPES),), {}
+
+
+def activation(*extra: str) -> Draw:
+    def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        kwargs: dict[str, Any] = {}
+        if data.draw(st.booleans()):
+            kwargs["inplace"] = data.draw(st.booleans())
+        for name in extra:
+            if data.draw(st.booleans()):
+                kwargs[name] = data.draw(st.sampled_from([0.1, 2, -1.0]))
+        return (meta(data, shape(data), DTYPES),), kwargs
+
+    return draw
+
+
+def gelu(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    kwargs = {"approximate": data.draw(st.sampled_from(["none", "tanh", "bad"]))}
+    return (meta(data, shape(data), DTYPES),), kwargs if data.draw(st.booleans()) else {}
+
+
+def operand(data: st.DataObject, like: tuple[int, ...]) -> Any:
+    kind = data.draw(st.sampled_from(["same", "broadcast", "other", "scalar", "zero-dim"]))
+    if kind == "scalar":
+        return data.draw(st.sampled_from([2, -1, 0.5, True, 3.0]))
+    if kind == "zero-dim":
+        return meta(data, (), DTYPES)
+    if kind == "other":
+        return meta(data, shape(data), DTYPES)
+    dims = list(like)
+    if kind == "broadcast":
+        dims = [1 if data.draw(st.booleans()) else n for n in dims][data.draw(st.integers(0, 2)) :]
+    return meta(data, tuple(dims), DTYPES)
+
+
+def binary(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    first = meta(data, shape(data), DTYPES)
+    second = operand(data, tuple(first.shape))
+    kwargs = {"alpha": data.draw(st.sampled_from([1, 2]))} if data.draw(st.booleans()) else {}
+    return (first, second), kwargs
+
+
+def dunder(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    first = meta(data, shape(data), DTYPES)
+    return (first, operand(data, tuple(first.shape))), {}
+
+
+def softmax(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data), DTYPES)
+    dim = data.draw(st.one_of(st.none(), st.integers(-5, 4)))
+    return (x,), {"dim": dim} if dim is not None or data.draw(st.booleans()) else {}
+
+
+def method_softmax(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (meta(data, shape(data), DTYPES), data.draw(st.integers(-5, 4))), {}
+
+
+def dropout(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data), DTYPES)
+    p = data.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0, -0.1, 1.5]))
+    training, inplace = data.draw(st.booleans()), data.draw(st.booleans())
+    return (x, p, training), {"inplace": inplace} if inplace else {}
+
+
+def affine(data: st.DataObject, sizes: tuple[int, ...], dtype: torch.dtype) -> Any:
+    kind = data.draw(st.sampled_from(["none", "right", "right", "wrong", "dtype"]))
+    if kind == "none":
+        return None
+    if kind == "wrong":
+        return meta(data, (*sizes, 2) if sizes else (3,), [dtype])
+    return meta(data, sizes, [dtype] if kind == "right" else FLOATS)
+
+
+def layer_norm(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data, 1, 4, 1), DTYPES)
+    k = data.draw(st.integers(1, max(x.dim(), 1)))
+    sizes = tuple(x.shape[x.dim() - k :]) if data.draw(st.integers(0, 4)) else (5,)
+    return (x, sizes, affine(data, sizes, x.dtype), affine(data, sizes, x.dtype)), {}
+
+
+def rms_norm(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args, _ = layer_norm(data)
+    return args[:3], {"eps": data.draw(st.sampled_from([None, 1e-6]))}
+
+
+def group_norm(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data, 1, 4, 1), DTYPES)
+    groups = data.draw(st.integers(1, 4))
+    c = (x.shape[1],) if x.dim() > 1 else (1,)
+    return (x, groups, affine(data, c, x.dtype), affine(data, c, x.dtype)), {}
+
+
+def linear(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data, 0, 4, 0), FLOATS)
+    features = x.shape[-1] if x.dim() and data.draw(st.integers(0, 5)) else 3
+    out = data.draw(st.integers(0, 4))
+    w = meta(data, (out, features), [x.dtype] if data.draw(st.integers(0, 5)) else FLOATS)
+    b = affine(data, (out,), x.dtype)
+    return (x, w, b) if b is not None or data.draw(st.booleans()) else (x, w), {}
+
+
+def attention(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    batch = shape(data, 0, 2, 1)
+    length, keys, e, ev = (data.draw(st.integers(1, 4)) for _ in range(4))
+    dtype = data.draw(st.sampled_from(FLOATS))
+    q = meta(data, (*batch, length, e), [dtype])
+    k = meta(data, (*batch, keys, e if data.draw(st.integers(0, 5)) else e + 1), [dtype])
+    v = meta(data, (*batch, keys, ev), [dtype])
+    kwargs = {"is_causal": data.draw(st.booleans()), "dropout_p": 0.1}
+    return (q, k, v), kwargs
+
+
+def conv(rank: int) -> Draw:
+    def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        batched = data.draw(st.booleans())
+        groups = data.draw(st.sampled_from([1, 1, 2]))
+        c_in = groups * data.draw(st.integers(1, 2))
+        spatial = tuple(data.draw(st.integers(1, 6)) for _ in range(rank))
+        x = meta(data, (2, c_in, *spatial) if batched else (c_in, *spatial), FLOATS)
+        kernel = tuple(data.draw(st.integers(1, 3)) for _ in range(rank))
+        c_out = groups * data.draw(st.integers(1, 2))
+        w = meta(data, (c_out, c_in // groups + data.draw(st.sampled_from([0, 0, 0, 1])), *kernel))
+        w = w.to(x.dtype) if data.draw(st.integers(0, 5)) else w
+        kwargs = {
+            "stride": data.draw(st.integers(1, 2)),
+            "padding": data.draw(st.sampled_from([0, 1, "same", "valid", (1,) * rank])),
+            "dilation": data.draw(st.integers(1, 2)),
+            "groups": groups,
+        }
+        return (x, w, affine(data, (c_out,), x.dtype)), kwargs
+
+    return draw
+
+
+def max_pool(rank: int) -> Draw:
+    def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        x = meta(data, shape(data, rank + 1, rank + 2, 1), FLOATS)
+        kwargs = {
+            "kernel_size": data.draw(st.integers(1, 3)),
+            "stride": data.draw(st.sampled_from([None, 1, 2])),
+            "padding": data.draw(st.integers(0, 1)),
+            "dilation": data.draw(st.integers(1, 2)),
+            "ceil_mode": data.draw(st.booleans()),
+        }
+        return (x,), kwargs
+
+    return draw
+
+
+def adaptive(rank: int) -> Draw:
+    def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        x = meta(data, shape(data, rank + 1, rank + 2, 0), FLOATS)
+        size = data.draw(
+            st.one_of(
+                st.integers(0, 3),
+                st.tuples(*[st.one_of(st.none(), st.integers(1, 3))] * rank),
+            )
+        )
+        return (x, size), {}
+
+    return draw
+
+
+def cat(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    first = shape(data, 0, 3)
+    parts = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        dims = list(first)
+        if dims and data.draw(st.booleans()):
+            dims[data.draw(st.integers(0, len(dims) - 1))] = data.draw(st.integers(0, 3))
+        parts.append(meta(data, tuple(dims), [torch.float32, torch.float32, torch.int64]))
+    return (parts,), {"dim": data.draw(st.integers(-4, 3))}
+
+
+def arange(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args = tuple(data.draw(st.lists(st.integers(-6, 6), min_size=1, max_size=3)))
+    dtype = data.draw(st.sampled_from([None, torch.float32, torch.int32, torch.bool]))
+    return args, {"device": "meta"} | ({"dtype": dtype} if dtype else {})
+
+
+def embedding(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    idx = meta(data, shape(data, 0, 3), [torch.int64, torch.int32, torch.float32])
+    w = meta(data, (data.draw(st.integers(1, 5)), data.draw(st.integers(0, 3))), FLOATS)
+    pad = data.draw(st.sampled_from([None, None, 0, -1, 7]))
+    return (idx, w), {"padding_idx": pad} if pad is not None else {}
+
+
+def reduction(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data), DTYPES)
+    dim = data.draw(
+        st.one_of(st.none(), st.integers(-5, 4), st.lists(st.integers(-4, 3), max_size=3))
+    )
+    kwargs = {"keepdim": data.draw(st.booleans())} if data.draw(st.booleans()) else {}
+    return (x,), kwargs | ({"dim": dim} if dim is not None or data.draw(st.booleans()) else {})
+
+
+#: function -> how its inputs are drawn
+CASES: dict[Any, Draw] = {
+    F.relu: activation(),
+    F.silu: activation(),
+    F.hardswish: activation(),
+    F.mish: activation(),
+    F.relu6: activation(),
+    F.elu: activation("alpha"),
+    F.leaky_relu: activation("negative_slope"),
+    torch.relu: one,
+    torch.Tensor.relu: one,
+    torch.sigmoid: one,
+    torch.Tensor.sigmoid: one,
+    torch.tanh: one,
+    torch.Tensor.tanh: one,
+    F.gelu: gelu,
+    torch.add: binary,
+    torch.Tensor.add: binary,
+    torch.sub: binary,
+    torch.Tensor.sub: binary,
+    torch.mul: dunder,
+    torch.Tensor.mul: dunder,
+    torch.Tensor.__add__: dunder,
+    torch.Tensor.__radd__: dunder,
+    torch.Tensor.__sub__: dunder,
+    torch.Tensor.__rsub__: dunder,
+    torch.Tensor.__mul__: dunder,
+    torch.Tensor.__rmul__: dunder,
+    torch.Tensor.__truediv__: dunder,
+    F.softmax: softmax,
+    torch.Tensor.softmax: method_softmax,
+    F.dropout: dropout,
+    F.layer_norm: layer_norm,
+    F.rms_norm: rms_norm,
+    F.group_norm: group_norm,
+    F.linear: linear,
+    F.scaled_dot_product_attention: attention,
+    F.conv1d: conv(1),
+    F.conv2d: conv(2),
+    F.conv3d: conv(3),
+    F.max_pool1d: max_pool(1),
+    F.max_pool2d: max_pool(2),
+    F.max_pool3d: max_pool(3),
+    F.adaptive_avg_pool1d: adaptive(1),
+    F.adaptive_avg_pool2d: adaptive(2),
+    F.adaptive_avg_pool3d: adaptive(3),
+    torch.cat: cat,
+    torch.arange: arange,
+    F.embedding: embedding,
+    torch.mean: reduction,
+    torch.Tensor.mean: reduction,
+    torch.sum: reduction,
+    torch.Tensor.sum: reduction,
+}
+
+
+def _name(func: Any) -> str:
+    return f"{getattr(func, '__module__', None) or 'Tensor'}.{func.__name__}"
+
+
+def test_every_answered_function_has_a_row() -> None:
+    from lazynn._rehearsal import shapes
+
+    assert set(shapes._FORMULAS) == set(CASES)
+
+
+def _run(func: Any, args: Any, kwargs: Any, fast: bool) -> tuple[Any, Any, list[Any]]:
+    """(output, error, warnings) of the call under the rehearsal's device mode."""
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            with torch.no_grad(), MetaDevice(fast=fast):
+                return func(*args, **kwargs), None, warned
+        except Exception as error:  # (compared with torch's below)
+            return None, error, warned
+
+
+@pytest.mark.parametrize("func", list(CASES), ids=_name)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_formula_gives_what_torchs_meta_kernel_gives(func: Any, data: st.DataObject) -> None:
+    args, kwargs = CASES[func](data)
+    with torch.no_grad():
+        answered = answer(func, args, kwargs)
+    expected, refused, warned = _run(func, args, kwargs, fast=False)
+    got, raised, _ = _run(func, args, kwargs, fast=True)
+    # (torch's warnings: a formula answers no call torch warns of; torch warns some only once)
+    assert answered is None or not warned, [str(w.message) for w in warned]
+    if refused is not None:  # torch refuses it: the formula leaves it to torch's kernel
+        assert answered is None, f"answered an input torch refuses: {refused!r}"
+        assert type(raised) is type(refused)
+        assert str(raised) == str(refused)
+        return
+    assert raised is None, raised
+    for out in (got, answered) if answered is not None else (got,):
+        assert (out.shape, out.dtype, out.stride()) == (
+            expected.shape,
+            expected.dtype,
+            expected.stride(),
+        ), (args, kwargs)
+        assert out.device.type == "meta"
+        inputs = [a for a in args if isinstance(a, torch.Tensor)]
+        assert any(out is a for a in inputs) == any(expected is a for a in inputs)
+    if answered is not None and func in FLOPS:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            func(*args, **kwargs)
+        assert flops(func, answered, args, kwargs)[1] == counter.get_total_flops()
+
+
+@pytest.mark.parametrize(
+    ("func", "args"),
+    [
+        (F.relu, (torch.empty(2, 3),)),  # a real tensor
+        (torch.Tensor.__add__, (torch.empty(2, 3, device="meta"), torch.tensor(1.0))),
+        (F.relu, (torch.empty(2, 3, device="meta", dtype=torch.int64),)),
+        (F.relu, (torch.empty(3, 2, device="meta").t(),)),  # strided: torch's strides rule
+    ],
+)
+def test_what_a_formula_is_not_sure_of_is_left_to_torch(func: Any, args: Any) -> None:
+    assert answer(func, args, {}) is None
+
+
+def test_inside_a_functorch_transform_nothing_is_answered() -> None:
+    x = torch.empty(4, 3, device="meta")
+    seen = []
+
+    def f(row: torch.Tensor) -> torch.Tensor:
+        seen.append(answer(torch.relu, (row,), {}))
+        return torch.relu(row)
+
+    torch.func.vmap(f)(x)
+    assert seen == [None]
+
+
+def test_a_fresh_process_building_and_summarizing_imports_no_compiler() -> None:
+    """torch.nn layers and the common functions, built (both forms) and summarized: neither
+    torch._dynamo nor sympy is imported (torch's Python meta kernels import them). Not
+    covered: a model the user constructs under ``torch.device("meta")`` (torch's own
+    ``normal_`` on meta imports them, before lazynn runs), and the layers and functions
+    without a formula (``nn.ConvTranspose*``, ``matmul``, ``avg_pool``...) whose meta kernels
+    are Python references."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from torch import nn
+        import torch.nn.functional as F
+        import lazynn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Sequential(
+                    lazynn.LazyConv2d(8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                    nn.MaxPool2d(2), nn.Conv2d(8, 8, 3), nn.GroupNorm(2, 8), nn.SiLU(),
+                    nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                )
+                self.emb = nn.Embedding(10, 8)
+                self.norm = nn.LayerNorm(8)
+                self.fc = lazynn.LazyLinear(16)
+                self.head = nn.Sequential(nn.GELU(), nn.Dropout(0.1), lazynn.LazyLinear(4))
+
+            def forward(self, x):
+                t = torch.arange(4, device=x.device)
+                h = self.conv(x) + self.emb(t).mean(0)
+                q = self.fc(self.norm(h)).view(-1, 2, 2, 4).transpose(1, 2)
+                a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+                y = torch.cat([a.transpose(1, 2).reshape(-1, 16), h * 2], dim=-1)
+                return F.softmax(self.head(y), dim=-1)
+
+        built = lazynn.build(Net(), (2, 3, 16, 16))
+        assert built(torch.randn(2, 3, 16, 16)).shape == (2, 4)
+        lazynn.build(Net, (2, 3, 16, 16))
+        lazynn.summary(Net(), (2, 3, 16, 16))
+        print(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
