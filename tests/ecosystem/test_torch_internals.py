@@ -431,3 +431,52 @@ def test_the_cpu_generators_seed_field_is_its_first_8_bytes_and_no_draw_reads_it
     torch.set_rng_state(marked)
     torch.manual_seed(int.from_bytes(bytes(state[:8].tolist()), "little"))  # the same seed
     assert torch.equal(torch.get_rng_state()[:8], state[:8])
+
+
+def test_a_dispatch_mode_may_opt_out_of_dynamos_disable_wrapper() -> None:
+    """``TorchDispatchMode._should_skip_dynamo`` (lazynn's modes return False: no dynamo
+    "disable" around their ``__torch_dispatch__``, whose first call imports the compiler), and
+    ``torch._C._len_torch_dispatch_stack`` (the rehearsal answers by formula only when no other
+    dispatch mode is active): a subprocess that enters such a mode imports no torch._dynamo."""
+    import subprocess
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    assert callable(TorchDispatchMode._should_skip_dynamo)
+    assert torch._C._len_torch_dispatch_stack() == 0
+    code = (
+        "import sys, torch\n"
+        "from torch.utils._python_dispatch import TorchDispatchMode\n"
+        "class M(TorchDispatchMode):\n"
+        "    @classmethod\n"
+        "    def _should_skip_dynamo(cls): return False\n"
+        "    def __torch_dispatch__(self, f, t, a=(), k=None): return f(*a, **(k or {}))\n"
+        "with M():\n"
+        "    assert torch._C._len_torch_dispatch_stack() == 1\n"
+        "    torch.ones(2) + 1\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_flop_counters_dispatch_mode_can_run_unwrapped() -> None:
+    """``torch.utils.flop_counter._FlopCounterMode`` (its ``__torch_dispatch__``, unwrapped from
+    dynamo's disable through ``__wrapped__``) and ``FlopCounterMode.mod_tracker.parents`` /
+    ``flop_counts`` (where the rehearsal adds the FLOPs of calls it answers by formula): lazynn's
+    counter counts what torch's does, per module."""
+    from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode
+
+    from lazynn._rehearsal.counter import FlopCounter
+
+    assert hasattr(_FlopCounterMode.__torch_dispatch__, "__wrapped__")
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Conv1d(16, 4, 3))
+    x = torch.ones(2, 8)
+    counts = []
+    for kind in (FlopCounterMode, FlopCounter):
+        with kind(display=False) as counter:
+            model[2](model[1](model[0](x)).unsqueeze(-1).expand(2, 16, 5))
+        assert isinstance(counter.mod_tracker.parents, set)
+        counts.append({k: dict(v) for k, v in counter.flop_counts.items()})
+    assert counts[0] == counts[1]
+    assert counts[0]["Global"]
