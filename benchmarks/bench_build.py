@@ -8,6 +8,7 @@ Results are reported as ratios to eager construction measured the same way in th
 
     python benchmarks/bench_build.py                # all, writes docs/benchmarks.md
     python benchmarks/bench_build.py --quick        # small models, a smoke run (used by tests)
+    python benchmarks/bench_build.py --models mlp,resnet50 --contenders eager,lazynn.build
 
 Contenders:
   eager          the model written with explicit sizes (the baseline)
@@ -45,7 +46,7 @@ CONTENDERS = [
     "torch-autograd",
     "meta+to_empty",
 ]
-MODELS = {"gpt2-medium": "gpt", "resnet50": "resnet50"}
+MODELS = {"gpt2-medium": "gpt", "resnet50": "resnet50", "mlp": "mlp", "unet (60 layers)": "unet"}
 QUICK = {"cnn": "cnn"}
 LLAMAS = ["llama_7b", "llama_70b"]
 WARM_RUNS = 5
@@ -238,6 +239,8 @@ def main() -> None:
     parser.add_argument("--llama", nargs=2, metavar=("MODEL", "WHAT"))
     parser.add_argument("--worker-quick", action="store_true")
     parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--models", default="", help="keys of examples/models.py's FULL only")
+    parser.add_argument("--contenders", default="", help="these contenders only (eager: always)")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(_worker(*args.worker, quick=args.worker_quick)))
@@ -262,9 +265,13 @@ def main() -> None:
         "",
     ]
     models = QUICK if args.quick else MODELS
+    if args.models:
+        models = {t: k for t, k in models.items() if k in args.models.split(",")}
+    wanted = args.contenders.split(",") if args.contenders else CONTENDERS
+    chosen = [c for c in CONTENDERS if c == "eager" or c in wanted]
     for title, key in models.items():
         results = {}
-        for contender in CONTENDERS:
+        for contender in chosen:
             extra = ["--worker-quick"] if args.quick else []
             results[contender] = _spawn(["--worker", contender, key, *extra])
             print(f"{title} {contender}: {results[contender]}", file=sys.stderr)
@@ -284,7 +291,7 @@ def main() -> None:
                     cells.append(f"{ratio:.2f}x ({value / scale:.2f} {unit})")
             lines.append(f"| {contender} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
         lines.append("")
-    if not args.quick:
+    if not args.quick and not args.models:
         lines += [
             "## LLaMA-shaped lazy models on meta",
             "",
