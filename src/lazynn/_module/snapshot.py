@@ -85,9 +85,10 @@ class Snapshot:
                 if kind in _PLAIN:  # (most of a module's attributes: one look-up)
                     continue
                 if kind is OrderedDict or isinstance(value, dict):
-                    self.containers.append((value, dict(value)))
+                    # (an empty one, most hook dicts, is put back by clearing it)
+                    self.containers.append((value, dict(value) if value else None))
                 elif isinstance(value, (set, list)):
-                    self.containers.append((value, type(value)(value)))
+                    self.containers.append((value, type(value)(value) if value else None))
                 elif isinstance(value, LazyState):
                     self.states.append((value, value.copy()))
             for tensor in own_tensors(module):
@@ -107,7 +108,9 @@ class Snapshot:
             module.__dict__.clear()
             module.__dict__.update(attrs)
         for container, content in self.containers:
-            if isinstance(container, list):
+            if content is None:
+                container.clear()
+            elif isinstance(container, list):
                 container[:] = content
             else:
                 container.clear()
