@@ -7,6 +7,11 @@ Memory is the peak resident set size during the step minus the size just before 
 
     python benchmarks/bench_first_call.py            # all, prints a markdown report
     python benchmarks/bench_first_call.py --quick    # small models, a smoke run
+    python benchmarks/bench_first_call.py --steps mlp --rounds 300   # one process, by step
+
+``--steps``: in one process, torch's lazy model and lazynn's alternating, each round timing
+the construction, the first call and the second call apart (medians over the rounds): what
+the first call itself costs beside torch's, without the process's start.
 
 First call, per model (examples/models.py), the same model with:
   torch    torch's nn.Lazy* classes (LazyLinear, LazyConv2d, LazyBatchNorm2d...), then model(x)
@@ -128,6 +133,39 @@ def _load_worker(kind: str, key: str, quick: bool) -> dict[str, Any]:
     return {"cold_s": cold_t, "cold_bytes": cold_m, "warm_s": warm[len(warm) // 2][0]}
 
 
+def _steps(key: str, rounds: int) -> dict[str, dict[str, float]]:
+    """Median seconds of construction, first call and second call, per contender (one
+    process, the contenders alternating round by round)."""
+    import torch
+
+    import lazynn  # noqa: F401
+
+    models, table = _models(False)
+    ref = table[key]
+    example = ref.example("cpu")
+    times: dict[str, dict[str, list[float]]] = {
+        kind: {"construct": [], "first": [], "second": []} for kind in FIRST
+    }
+    for _ in range(rounds):
+        for kind in FIRST:
+            torch.manual_seed(0)
+            start = time.perf_counter()
+            model = _lazy(models, ref, kind)
+            built = time.perf_counter()
+            model(example)
+            first = time.perf_counter()
+            model(example)
+            second = time.perf_counter()
+            steps = times[kind]
+            steps["construct"].append(built - start)
+            steps["first"].append(first - built)
+            steps["second"].append(second - first)
+    return {
+        kind: {step: statistics.median(values) for step, values in steps.items()}
+        for kind, steps in times.items()
+    }
+
+
 def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Each numeric field's median over fresh processes (the last run's other fields)."""
     out = dict(results[-1])
@@ -164,7 +202,19 @@ def main() -> None:
     parser.add_argument(
         "--repeats-large", type=int, default=3, help="fresh processes per contender, others"
     )
+    parser.add_argument("--steps", metavar="MODEL", help="one process, by step (see above)")
+    parser.add_argument("--rounds", type=int, default=300, help="rounds of --steps")
     args = parser.parse_args()
+    if args.steps:
+        result = _steps(MODELS.get(args.steps, args.steps), args.rounds)
+        t, z = result["torch"], result["lazynn"]
+        print(f"{args.steps}, {args.rounds} rounds in one process (medians):")
+        for step in ("construct", "first", "second"):
+            print(
+                f"  {step:9s} torch {t[step] * 1e3:.3f} ms  lazynn {z[step] * 1e3:.3f} ms  "
+                f"ratio {z[step] / t[step]:.2f}x"
+            )
+        return
     if args.first:
         print(json.dumps(_first_worker(*args.first, quick=args.worker_quick)))
         return

@@ -9,7 +9,9 @@
   dicts (used by ``LazyModuleMixin.__copy__``);
 * ``torch.serialization.add_safe_globals`` (unbuilt checkpoints load with weights_only);
 * ``sys._getframe`` (``module_path`` names a nested layer's path in errors);
-* ``torch.utils._device.DeviceContext`` (the rehearsal's device mode subclasses it).
+* ``torch.utils._device.DeviceContext`` (the rehearsal's device mode subclasses it);
+* ``torch._C._autograd._top_saved_tensors_default_hooks`` and how ``torch.utils.checkpoint``
+  runs its forward (a build walks the stack for a checkpoint only where one can be running).
 """
 
 from __future__ import annotations
@@ -310,6 +312,30 @@ def test_error_names_nested_layer_path() -> None:
         model(torch.randn(8, 3), torch.randn(2, 5))  # a 2-d input to the conv
     with pytest.raises(lazynn.InferenceError, match=r"LazyLinear at 'encoder\.block\.fc'"):
         model(torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2, 5)))  # an integer input
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpoints_forward_runs_without_grad_or_under_saved_tensors_hooks(
+    reentrant: bool,
+) -> None:
+    """callers.in_checkpoint walks the stack only where grad is off or saved-tensors hooks are
+    pushed: torch.utils.checkpoint's forward runs under no_grad (reentrant) or under its hooks
+    (non-reentrant, its recomputation too); outside, the query answers None."""
+    from torch.utils.checkpoint import checkpoint
+
+    top = torch._C._autograd._top_saved_tensors_default_hooks
+    assert top(True) is None
+    seen: list[bool] = []
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        seen.append(not torch.is_grad_enabled() or top(True) is not None)
+        return x.sin()  # (saves its input: the backward recomputes)
+
+    x = torch.ones(2, requires_grad=True)
+    checkpoint(forward, x, use_reentrant=reentrant).sum().backward()
+    assert len(seen) == 2  # the forward, then the backward's recomputation
+    assert seen[0]
+    assert reentrant or seen[1]  # (the reentrant recomputation builds nothing: not asked)
 
 
 def test_functorch_interpreter_stack_query_exists() -> None:

@@ -40,7 +40,14 @@ from .._errors import (
 )
 from .._module.callers import under_dynamo, untraced
 from .._module.deferred import run as run_inits
-from .._module.lifecycle import finish, in_build, is_unbuilt, rehearsing, warn_built
+from .._module.lifecycle import (
+    finish,
+    in_build,
+    is_unbuilt,
+    outside_inference_mode,
+    rehearsing,
+    warn_built,
+)
 from .._module.mixin import LazyModuleMixin
 from .._module.snapshot import RandomState
 from .._module.state import LazyState, context, lazy_state
@@ -81,8 +88,6 @@ from .inputs import (
 from .layout import lay_out
 
 __all__ = ["LazyLayer"]
-
-#: a placeholder's attribute: the tensor a build put in its place on another device type
 
 
 class LazyLayer(LazyModuleMixin):
@@ -207,14 +212,24 @@ class LazyLayer(LazyModuleMixin):
             warn_built(AmbiguousInputWarning(f"{where} {note}"), stacklevel=4)
         return sizes
 
-    def _lazynn_check_dtype(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """The inputs are on the device and of the dtype of the placeholders still in place."""
+    def _lazynn_check_dtype(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        placed: list[tuple[Slot, torch.Tensor]] | None = None,
+    ) -> None:
+        """The inputs are on the device and of the dtype of the placeholders still in place
+        (``placed``: :meth:`_lazynn_slots`, if already listed)."""
         installed = slots(self)
         check_input(
             self,
             self._lazynn_specs(),
             forward_names(self.cls_to_become),  # type: ignore[arg-type]
-            (t for k, t in self._lazynn_slots() if is_placeholder(t) and installed.get(k) is t),
+            (
+                t
+                for k, t in (self._lazynn_slots() if placed is None else placed)
+                if is_placeholder(t) and installed.get(k) is t
+            ),
             args,
             kwargs,
             mixed_precision=self.mixed_precision_input,
@@ -237,19 +252,16 @@ class LazyLayer(LazyModuleMixin):
             self._infer_parameters(self, args, kwargs)
             return
         sizes = self._lazynn_read_sizes(args, kwargs)
-        self._lazynn_check_dtype(args, kwargs)
-        on_meta = all(raw(t).is_meta for _, t in self._lazynn_slots() if is_placeholder(t))
+        placed = list(self._lazynn_slots())
+        self._lazynn_check_dtype(args, kwargs, placed)
+        on_meta = all(raw(t).is_meta for _, t in placed if is_placeholder(t))
         source = None
         hooked = False
         if on_meta and rehearsing():
             # The rehearsal runs this layer's forward right after, and restores everything
             # if it fails: checking on meta first would only run the forward twice.
             shadow = source = self._lazynn_shadow(sizes)
-        elif (
-            on_meta
-            or under_dynamo()
-            or (hooked := goes_through_materialize(self._lazynn_slots(), None))
-        ):
+        elif on_meta or under_dynamo() or (hooked := goes_through_materialize(placed, None)):
             # (a placeholder with its own materialize() is built through it and initialized by
             # reset_parameters(), as torch's lazy modules are: the eager layer on meta)
             # No real forward follows to check the input (dynamo builds, then traces; a layer
@@ -397,15 +409,10 @@ class LazyLayer(LazyModuleMixin):
         chosen = dtype if dtype is not None else self._lazynn.dtype
         # Parameters as a construction outside the mode makes them, even in a first call
         # under torch.inference_mode() (inference tensors could not be trained).
-        with torch.inference_mode(False):
+        with outside_inference_mode():
             if str(where) == "meta" and recording() is not None:
                 return construct(self.cls_to_become, arguments, "meta", chosen, None)
-            return new(
-                self.cls_to_become,
-                {**self._lazynn.kwargs, **sizes},
-                where,
-                dtype if dtype is not None else self._lazynn.dtype,
-            )
+            return new(self.cls_to_become, arguments, where, chosen)
 
     def _lazynn_build_from_state(
         self, state_dict: dict[str, Any], prefix: str, assign: bool = False

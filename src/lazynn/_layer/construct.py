@@ -33,6 +33,7 @@ __all__ = [
     "MODULE_KEYS",
     "Slot",
     "allocate_empty",
+    "by_path",
     "construct",
     "differs",
     "forward_names",
@@ -316,9 +317,15 @@ def slots(module: nn.Module) -> dict[Slot, torch.Tensor]:
     """Every parameter and buffer below ``module``, by (submodule path, name)."""
     return {
         (path, name): tensor
-        for path, sub in module.named_modules()
+        for path, sub in by_path(module).items()
         for _, name, tensor in own_slots(sub)
     }
+
+
+def by_path(module: nn.Module) -> dict[str, nn.Module]:
+    """``module`` and every module below it, by path (``dict(module.named_modules())``;
+    a layer without submodules, the common case, needs no walk)."""
+    return dict(module.named_modules()) if module._modules else {"": module}
 
 
 def key_text(key: Slot) -> str:

@@ -27,7 +27,7 @@ from .._module.deferred import SELF, Init, inits_of
 from .._module.placeholder import fill, hooks_materialize
 from .._module.tensors import is_placeholder, raw
 from .._program.record import recording
-from .construct import MODULE_KEYS, Slot, key_text
+from .construct import MODULE_KEYS, Slot, by_path, key_text
 from .inputs import substitute_error
 
 __all__ = [
@@ -75,8 +75,7 @@ def plan_moves(
     ``device`` / ``dtype``: where and as what the build makes them (None: as each placeholder
     was moved); ``elsewhere(device)``: the eager layer constructed on another device, for
     buffers that are not on meta with their parameters."""
-    eager_modules = dict(eager.named_modules())
-    own_modules = dict(layer.named_modules())
+    eager_modules, own_modules = by_path(eager), by_path(layer)
     real: dict[torch.device, dict[str, nn.Module]] = {}
 
     def eager_value(prefix: str, name: str, held: torch.device) -> torch.Tensor:
@@ -250,8 +249,8 @@ def _to_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> None:
 
 def take_settings(layer: nn.Module, eager: nn.Module) -> None:
     """Give ``layer`` (and its submodules) the eager layer's settings (``in_features``)."""
-    own_modules = dict(layer.named_modules())
-    for prefix, module in eager.named_modules():
+    own_modules = by_path(layer)
+    for prefix, module in by_path(eager).items():
         for key, value in module.__dict__.items():
             if key not in MODULE_KEYS:
                 own_modules[prefix].__dict__[key] = value

@@ -242,6 +242,8 @@ _DISABLED: dict[Callable[..., Any], Callable[..., Any]] = {}
 
 
 _CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
+#: the innermost saved-tensors hooks (torch.autograd.graph.saved_tensors_hooks), or None
+_SAVED_TENSORS_HOOKS = torch._C._autograd._top_saved_tensors_default_hooks
 
 
 def in_checkpoint() -> Any:
@@ -251,6 +253,10 @@ def in_checkpoint() -> Any:
     block after block), else the checkpointed function; None outside. (A frame of torch's
     file on the stack, its local ``run_function`` (reentrant) or ``function``, and the frames'
     ``self``. tests/rehearsal/test_rehearsal.py checks the effects.)"""
+    if torch.is_grad_enabled() and _SAVED_TENSORS_HOOKS(True) is None:
+        # (a checkpoint's forward runs under no_grad, reentrant, or under its saved-tensors
+        # hooks, non-reentrant, its recomputation too: neither here, so no frame walk)
+        return None
     found = None
     frame: FrameType | None = sys._getframe(1)  # (only on a build: CPython's frame access)
     while frame is not None:

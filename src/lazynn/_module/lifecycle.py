@@ -15,6 +15,7 @@ protocol (:func:`build_lazy_module`, which the hook and dynamo call).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Protocol, cast
 
@@ -36,6 +37,7 @@ __all__ = [
     "initialize",
     "is_lazy_module",
     "is_unbuilt",
+    "outside_inference_mode",
     "pre_hook",
     "rehearsing",
     "warn_built",
@@ -129,7 +131,7 @@ def initialize(module: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> N
     """``module.initialize_parameters(*args, **kwargs)``, which must fill every placeholder."""
     lazy = cast(_Lazy, module)
     # (parameters as a construction outside torch.inference_mode makes them)
-    with torch.inference_mode(False):
+    with outside_inference_mode():
         lazy.initialize_parameters(*args, **(kwargs or {}))
     if lazy.has_uninitialized_params():
         left = [n for n, t in module.named_parameters() if is_placeholder(t)]
@@ -142,6 +144,14 @@ def initialize(module: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> N
                 "materialize each of them in initialize_parameters()",
             )
         )
+
+
+def outside_inference_mode() -> contextlib.AbstractContextManager[Any]:
+    """``torch.inference_mode(False)`` where the mode is on; elsewhere a context that does
+    nothing (cheaper: a first call enters it twice per layer)."""
+    if torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
 
 
 def fx_proxy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:

@@ -24,6 +24,7 @@ import contextlib
 import random
 import sys
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,6 +35,9 @@ from .state import Context, LazyState
 from .tensors import is_placeholder, own_slots, own_tensors, raw
 
 __all__ = ["OtherRandom", "RandomState", "Snapshot", "atomic", "continue_builds", "weak"]
+
+#: attribute types that hold nothing a snapshot must copy
+_PLAIN = frozenset({bool, int, float, str, type(None), torch.device, torch.dtype})
 
 
 class Snapshot:
@@ -56,7 +60,8 @@ class Snapshot:
         self.values: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._own: dict[int, dict[str, torch.Tensor | None]] = {}
         kept: set[int] = set()
-        for module in root.modules():
+        # (a layer without submodules, a first call's common case, needs no walk)
+        for module in root.modules() if root._modules else (root,):
             names = (
                 [name for _, name, _ in own_slots(module)]
                 if values
@@ -76,10 +81,14 @@ class Snapshot:
             self._own[id(module)] = {**module._parameters, **module._buffers}
             self.modules.append((module, module.__class__, attrs))
             for value in attrs.values():
-                if isinstance(value, dict):
-                    self.containers.append((value, dict(value)))
+                kind = type(value)
+                if kind in _PLAIN:  # (most of a module's attributes: one look-up)
+                    continue
+                if kind is OrderedDict or isinstance(value, dict):
+                    # (an empty one, most hook dicts, is put back by clearing it)
+                    self.containers.append((value, dict(value) if value else None))
                 elif isinstance(value, (set, list)):
-                    self.containers.append((value, type(value)(value)))
+                    self.containers.append((value, type(value)(value) if value else None))
                 elif isinstance(value, LazyState):
                     self.states.append((value, value.copy()))
             for tensor in own_tensors(module):
@@ -99,7 +108,9 @@ class Snapshot:
             module.__dict__.clear()
             module.__dict__.update(attrs)
         for container, content in self.containers:
-            if isinstance(container, list):
+            if content is None:
+                container.clear()
+            elif isinstance(container, list):
                 container[:] = content
             else:
                 container.clear()
@@ -133,9 +144,15 @@ class RandomState:
     """
 
     def __init__(self) -> None:
-        self.cpu = torch.get_rng_state()
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        # (a clone of the generator: no state tensor is made unless it is asked for)
+        self._cpu = torch.default_generator.clone_state()
+        cuda = torch.cuda.is_initialized() and torch.cuda.is_available()
         self.cuda = torch.cuda.get_rng_state_all() if cuda else None
+
+    @property
+    def cpu(self) -> torch.Tensor:
+        """The CPU generator's state, as ``torch.get_rng_state()`` gives it."""
+        return self._cpu.get_state()
 
     def restore(self) -> None:
         torch.set_rng_state(self.cpu)
