@@ -41,6 +41,7 @@ from .._module.placeholder import relocate
 from .progress import Progress
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_ready
+from .._rehearsal.collector import paused
 from .._rehearsal.learnt import Rehearsal, TensorInfo
 from .._rehearsal.rehearse import apart, rehearse, warn_notes
 from .replay import Plan, plan, scratch_init
@@ -62,6 +63,7 @@ __all__ = ["build", "build_from"]
 M = TypeVar("M", bound=nn.Module)
 
 
+@paused()  # (the cycle collector: see _rehearsal/collector.py)
 def build(
     model: M | Callable[[], M],
     *example_inputs: Any,

@@ -51,6 +51,7 @@ from .._module.tensors import (
     own_tensors,
     shapes,
 )
+from .collector import paused
 from .counter import FlopCounter
 from .failures import failure_of
 from .learnt import Call, Rehearsal, TensorInfo
@@ -298,7 +299,7 @@ def rehearse(
     ``learned`` takes the sizes each lazy layer read before the run ended, even when it
     failed (the model's layers as keys).
     """
-    with apart():  # (inside a forward that a rehearsal runs, its FLOPs are not that forward's)
+    with apart(), paused():  # (apart: inside a rehearsed forward, FLOPs not that forward's)
         return _rehearse(model, args, kwargs, memoize, literal, training, count_flops, own, learned)
 
 

@@ -22,6 +22,7 @@ from torch import nn
 from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
+from .._rehearsal.collector import paused
 from .._rehearsal.learnt import Call, Rehearsal
 from .._rehearsal.rehearse import apart, rehearse
 from .._rehearsal.spec import Spec
@@ -120,6 +121,7 @@ class Summary(Report):
         return self.render()
 
 
+@paused()  # (the cycle collector: see _rehearsal/collector.py)
 def summary(
     model: nn.Module | Callable[[], nn.Module],
     *example_inputs: Any,
