@@ -166,6 +166,8 @@ def _conv(rank: int) -> Callable[..., Tensor]:
         spatial = t.shape[-rank:]
         if padding == "same":
             check(strides == (1,) * rank)
+            # (an odd total padding: torch warns of a padded copy; its kernel answers)
+            check(all(d * (k - 1) % 2 == 0 for d, k in zip(dilations, kernel, strict=True)))
             sizes = tuple(spatial)
         else:
             pads = _expand(0 if padding == "valid" else padding, rank, 0)
