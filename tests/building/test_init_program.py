@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import io
 import math
 import pickle
@@ -844,3 +845,34 @@ def test_weight_norm_queued_at_the_build_gives_the_eager_model(door: str) -> Non
     assert all(
         torch.equal(a, b) for a, b in zip(model.parameters(), eager.parameters(), strict=True)
     )
+
+
+class _OneGenerator(nn.Module):
+    """(Found by review.) One private generator through ``trunc_normal_(generator=g)`` and an
+    aten fill: the dispatcher hands each op a new Python object for it."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.empty(400, 16))
+        nn.init.trunc_normal_(self.a, std=1.0, a=-0.6, b=0.6, generator=_PRIVATE)
+        self.b = nn.Parameter(torch.empty(20).uniform_(generator=_PRIVATE))
+        self.head = lazynn.LazyLinear(7) if lazy else nn.Linear(5, 7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_one_private_generator_is_one_generator_of_the_program(door: str) -> None:
+    _seeded()
+    eager = _OneGenerator(lazy=False)
+    after = _PRIVATE.get_state()
+    _seeded()
+    if door == "build":
+        model = _through(door, _OneGenerator)
+    else:
+        model = lazynn.build(_OneGenerator, X, device="meta")
+        gc.collect()  # (the tape keeps the user's generator, not the dispatcher's stand-in)
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(_PRIVATE.get_state(), after)

@@ -44,6 +44,7 @@ class Records(Protocol):
     """What :class:`Functions` asks of the recorder it serves."""
 
     paused: int
+    named: torch.Generator | None
 
     def record(
         self,
@@ -75,6 +76,18 @@ class Functions(TorchFunctionMode):
         kwargs = kwargs or {}
         if self.recorder.paused:
             return func(*args, **kwargs)
+        named = kwargs.get("generator")
+        if isinstance(named, torch.Generator) and self.recorder.named is None:
+            # (the dispatcher hands each op a new Python object for a generator: the ops of
+            # this call are told the user's object, so that one generator is one on the tape)
+            self.recorder.named = named
+            try:
+                return self._function(func, args, kwargs)
+            finally:
+                self.recorder.named = None
+        return self._function(func, args, kwargs)
+
+    def _function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if func in _FROM_DATA and _default_meta(kwargs, args, func):
             made = func(*args, **{**kwargs, "device": "cpu"})
             return made.to("meta")  # (an aten copy from a real tensor: the value is a step)
@@ -86,6 +99,8 @@ class Functions(TorchFunctionMode):
             and getattr(owner, "__name__", "") == "is_meta"
         ):
             frame = sys._getframe(1)
+            while frame.f_back is not None and frame.f_code.co_filename == __file__:
+                frame = frame.f_back  # (the caller that asked, past this mode's own frames)
             if _in_init(frame) and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
                 if frame.f_code.co_name in _RUN_ON_META:
                     return False

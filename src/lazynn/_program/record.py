@@ -122,6 +122,9 @@ class Recorder:
         #: id(generator) -> its number on the tape
         self._generators: dict[int, int] = {}
         self._generator_objects: list[torch.Generator] = []
+        #: the generator the running Python call names (``functions.py``): the one the
+        #: dispatcher's new object for it stands for
+        self.named: torch.Generator | None = None
         #: the default CPU generator's state at the start, and as the tape last left it
         self.start = torch.get_rng_state()
         self._expected = self.start
@@ -217,6 +220,9 @@ class Recorder:
 
     def generator(self, generator: torch.Generator) -> GeneratorRef:
         """A generator a step names, by number (its state now kept as its start)."""
+        named = self.named
+        if named is not None and named.device == generator.device:
+            generator = named  # (the user's object, not the dispatcher's stand-in for it)
         index = self._generators.get(id(generator))
         if index is None:
             index = self._generators[id(generator)] = len(self.tape.generators)
