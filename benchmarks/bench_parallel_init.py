@@ -75,8 +75,6 @@ import argparse
 import datetime
 import functools
 import gc
-import importlib
-import inspect
 import os
 import platform
 import queue
@@ -100,6 +98,9 @@ import lazynn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the LLaMA port and its kits: tests/real_models/
 
+from bench_sharded import _status, reset_peak  # noqa: E402  (the same measures of memory)
+
+from lazynn._program.stream import stats  # noqa: E402
 from real_models.kit import EAGER, LAZY, Kit  # noqa: E402
 from real_models.llama import Llama  # noqa: E402
 
@@ -174,31 +175,9 @@ def count(sizes: dict[str, int]) -> int:
 
 
 # --- measuring, inside a process ---------------------------------------------------------------
-def _status(field: str) -> int:
-    """A field of /proc/self/status, in bytes."""
-    with open("/proc/self/status") as f:
-        found = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
-    return int(found.group(1)) * 1024 if found else 0
-
-
-def reset_peak() -> int:
-    """Reset the process's peak resident memory to its current one; the current one."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return -1
-    return _status("VmRSS")
-
-
-def stream_stats() -> dict[str, float] | None:
-    """``lazynn._program.stream.stats()`` (issue 27's counters), or None before it exists."""
-    try:
-        stream = importlib.import_module("lazynn._program.stream")
-    except ImportError:
-        return None
-    stats = getattr(stream, "stats", None)
-    return dict(stats()) if callable(stats) else None
+def stream_stats() -> dict[str, float]:
+    """``lazynn._program.stream.stats()``: what skipping words has cost so far."""
+    return dict(stats())
 
 
 def timed(run: Callable[[], Any]) -> dict[str, Any]:
@@ -211,9 +190,7 @@ def timed(run: Callable[[], Any]) -> dict[str, Any]:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     peak = _status("VmHWM") - resident if resident >= 0 else -1
     after = stream_stats()
-    stats = None
-    if before is not None and after is not None:
-        stats = {k: after[k] - before.get(k, 0) for k in STATS if k in after}
+    stats = {k: after[k] - before[k] for k in STATS}
     return {"cpu": cpu, "wall": wall, "peak": peak, "resident": resident, "stats": stats}
 
 
@@ -261,15 +238,10 @@ def eager_worker(sizes: dict[str, int], path: str, out: Any) -> None:
 
 
 def local_worker(sizes: dict[str, int], threads: Sequence[int], path: str, out: Any) -> None:
-    """Unsharded ``materialize`` in one process, then with ``threads=T`` for each T (when
-    ``materialize`` takes it)."""
+    """Unsharded ``materialize`` in one process, then with ``threads=T`` for each T."""
     torch.set_num_threads(1)
     lazynn.materialize(built(TINY), "cpu")
-    takes = "threads" in inspect.signature(lazynn.materialize).parameters
     for t in (None, *threads):
-        if t is not None and not takes:
-            out.put(("threads", t, 0, None, None, []))
-            continue
         model = built(sizes)
         kwargs = {} if t is None else {"threads": t}
         result = timed(lambda m=model, kw=kwargs: lazynn.materialize(m, "cpu", **kw))
@@ -580,9 +552,6 @@ def report(
                 f"| {result['cpu'] / base:.2f}x, {result['wall'] / eager['wall']:.2f}x "
                 f"| {'yes' if same else 'no'} |"
             )
-        if all(r[3] is None for r in threads):
-            print()
-            print("(n/a: lazynn.materialize takes no threads= yet.)")
     print()
     contenders: dict[str, list[tuple[bool, list[str]]]] = {}
     for mode, world, _, result, same, wrong in rows:

@@ -23,8 +23,8 @@ Measured per contender and size, over ``repeats`` fresh models (built and sharde
 clock; the ranks start together after a barrier):
 
 - the seconds of ``materialize`` on the slowest rank (median over repeats) and its ratio to
-  the baseline of the same size: each rank allocates its block only but draws the whole
-  random stream of every parameter (src/lazynn/_sharded.py) to keep the unsharded values;
+  the baseline of the same size: each rank allocates its block only and draws its blocks'
+  numbers, skipping the rest of the stream (src/lazynn/_program/draws.py);
 - a lower bound: ``torch.empty`` of each local shard's shape plus one ``uniform_`` into it
   (the work ``nn.Linear.reset_parameters`` does on those sizes, without the rest of the
   stream: what an init that does not reproduce the unsharded model would cost);

@@ -1,7 +1,7 @@
 """Drawing a slice of a random fill chunk by chunk equals the slice of a whole draw.
 
 This is what lets lazynn.materialize initialize FSDP2 shards with the numbers of an
-unsharded model (src/lazynn/_sharded.py). It depends on how torch's CPU kernels draw
+unsharded model (src/lazynn/_program/draws.py). It depends on how torch's CPU kernels draw
 (uniform_: one number per element; normal_: blocks of 16), so it is checked against torch
 for many sizes, chunkings, slices and dtypes: a kernel change fails here first.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from lazynn._materialize.sharded import draw_region, draw_slice
+from lazynn._program.draws import draw_region, draw_slice
 
 FILLS = {
     "uniform": (torch.Tensor.uniform_, (-0.5, 0.25)),

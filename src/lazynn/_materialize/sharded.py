@@ -10,8 +10,8 @@ on the full tensor; the random fills do not: a rank drawing ``uniform_`` into it
 draw the *first* numbers of the stream, not those of its block.
 
 :class:`ShardedInit` is a dispatch mode, active only there, that fills a sharded tensor's
-random part as the full tensor would be filled: every rank draws the whole stream, chunk by
-chunk (``_program/draws.py``), and keeps its block. What cannot be reproduced on shards is
+random part as the full tensor would be filled: each rank draws its block's numbers and
+skips the rest of the stream (``_program/draws.py``). What cannot be reproduced on shards is
 refused, naming it. :func:`~lazynn._build.install.block_offset` says where a rank's block is.
 """
 
@@ -31,7 +31,7 @@ from .._build.install import block_offset
 from .._errors import LazynnError, first_line, message
 from .._program.draws import draw_region, draw_slice
 
-__all__ = ["ShardedInit", "draw_region", "draw_slice", "init_mode", "sharded_failure"]
+__all__ = ["ShardedInit", "init_mode", "sharded_failure"]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see module doc)
 #: the random in-place fills whose chunked draws equal a whole draw (``_program/draws.py``)

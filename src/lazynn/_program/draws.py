@@ -152,18 +152,6 @@ class _Cursor:
             self.stream.settle()
 
 
-def _cursor(
-    out: torch.Tensor,
-    fill: Callable[..., Any],
-    full_shape: tuple[int, ...],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    chunk: int,
-    stream: Stream | None,
-) -> _Cursor:
-    return _Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
-
-
 def draw_slice(
     out: torch.Tensor,
     fill: Callable[..., Any],
@@ -179,7 +167,7 @@ def draw_slice(
     fill does. ``stream``: the generator's :class:`~lazynn._program.stream.Stream` (skips
     merged with others'); default: the generator in ``kwargs`` (or the default one), settled
     on return."""
-    cursor = _cursor(out, fill, full_shape, args, kwargs, chunk, stream)
+    cursor = _Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
     if out.numel():
         cursor.draw(out.view(-1), start)
     cursor.finish()
@@ -226,7 +214,7 @@ def draw_region(
     ):
         draw_slice(out, fill, full_shape, start, args, kwargs, chunk, stream)
         return
-    cursor = _cursor(out, fill, full_shape, args, kwargs, chunk, stream)
+    cursor = _Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
     row, rows = strides[0], full_shape[0]
     first, last = offset[0], offset[0] + shape[0]
     in_row = math.prod(shape[1:])

@@ -32,13 +32,6 @@ from .jump import advance, counters
 
 __all__ = ["Stream", "fill_words", "self_test", "skipping"]
 
-#: fills whose words :func:`fill_words` knows, by aten or method name
-KINDS = {
-    "aten::uniform_.default": "uniform",
-    "aten::normal_.default": "normal",
-    "uniform": "uniform",
-    "normal": "normal",
-}
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
