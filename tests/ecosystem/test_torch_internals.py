@@ -506,3 +506,43 @@ def test_the_flop_counters_dispatch_mode_can_run_unwrapped() -> None:
         counts.append({k: dict(v) for k, v in counter.flop_counts.items()})
     assert counts[0] == counts[1]
     assert counts[0]["Global"]
+
+
+def test_a_function_mode_can_be_stepped_out_of_for_a_while() -> None:
+    """``torch.overrides._get_current_function_mode`` / ``_pop_mode_temporarily`` (a lazy
+    layer's own work in a rehearsal steps out of the rehearsal's device mode:
+    ``lifecycle.own_work``): the mode is off inside, back after, even after a raise; and
+    torch's device context keeps to the bottom of the stack, where a rehearsal finds it."""
+    from torch.overrides import _get_current_function_mode, _pop_mode_temporarily
+
+    from lazynn._module.lifecycle import own_work
+    from lazynn._module.state import Rehearsing, context
+    from lazynn._rehearsal.meta_device import MetaDevice
+
+    seen: list[str] = []
+
+    class Seen(MetaDevice):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(getattr(func, "__name__", "?"))
+            return super().__torch_function__(func, types, args, kwargs)
+
+    mode = Seen()
+    with mode:
+        assert _get_current_function_mode() is mode
+        assert torch._C._len_torch_function_stack() == 1
+        with _pop_mode_temporarily():
+            assert torch._C._len_torch_function_stack() == 0
+            assert torch.empty(1).device.type == "cpu"
+        with pytest.raises(ValueError, match="inside"), _pop_mode_temporarily():
+            raise ValueError("inside")
+        assert _get_current_function_mode() is mode
+        here, before = context(), context().rehearsal
+        here.rehearsal = Rehearsing(device=mode)
+        try:
+            with own_work():
+                _ = torch.ones(1).shape  # (made with the mode off: a CPU tensor)
+            assert seen == []
+            _ = torch.ones(1).shape
+        finally:
+            here.rehearsal = before
+    assert seen == ["ones", "__get__"]

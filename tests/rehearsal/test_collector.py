@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
 import torch
 
 import lazynn
@@ -52,3 +53,40 @@ def test_build_and_summary_leave_the_collector_running() -> None:
     assert gc.isenabled()
     lazynn.build(model, (2, 4))
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("run", ["build", "summary"])
+def test_a_rehearsal_leaves_no_cycles_for_the_collector(run: str) -> None:
+    """The twin is emptied once a rehearsal is done with it (Twin.dissolve): what the
+    rehearsal made is freed as it is dropped, not left to a collection (which walks every
+    object made since the last one). A BatchNorm (its shape-only forward is bound to it) and
+    repeated blocks (memoized forwards) included. (A summary's FLOP counter leaves torch's
+    own: pytree's self-referencing helper functions, no module, tensor or dict.)"""
+    from torch import nn
+
+    def block() -> nn.Module:
+        return nn.Sequential(
+            lazynn.LazyConv2d(4, 3, padding=1), lazynn.LazyBatchNorm2d(), nn.ReLU()
+        )
+
+    model = nn.Sequential(block(), block(), block(), nn.Flatten(), lazynn.LazyLinear(3))
+    if run == "summary":
+        lazynn.build(model, (2, 3, 8, 8))
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        if run == "build":
+            lazynn.build(model, (2, 3, 8, 8))
+        else:
+            lazynn.summary(model, (2, 3, 8, 8))
+        gc.collect()
+        left = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    if run == "build":
+        assert left == []
+    kept = [type(o).__name__ for o in left if isinstance(o, (nn.Module, torch.Tensor, dict))]
+    assert kept == []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import torch
@@ -45,6 +46,7 @@ from .._module.lifecycle import (
     in_build,
     is_unbuilt,
     outside_inference_mode,
+    own_work,
     rehearsing,
     warn_built,
 )
@@ -63,6 +65,7 @@ from .construct import (
     key_text,
     match_dtypes,
     new,
+    of_torch,
     slots,
 )
 from .fill import (
@@ -251,22 +254,26 @@ class LazyLayer(LazyModuleMixin):
         if not in_build():
             self._infer_parameters(self, args, kwargs)
             return
-        sizes = self._lazynn_read_sizes(args, kwargs)
-        placed = list(self._lazynn_slots())
-        self._lazynn_check_dtype(args, kwargs, placed)
-        on_meta = all(raw(t).is_meta for _, t in placed if is_placeholder(t))
-        source = None
-        hooked = False
-        if on_meta and rehearsing():
-            # The rehearsal runs this layer's forward right after, and restores everything
-            # if it fails: checking on meta first would only run the forward twice.
-            shadow = source = self._lazynn_shadow(sizes)
-        elif on_meta or under_dynamo() or (hooked := goes_through_materialize(placed, None)):
+        # (a torch.nn class, out of a rehearsal's device mode: lifecycle.own_work)
+        own = own_work if rehearsing() and of_torch(self.cls_to_become) else nullcontext
+        with own():
+            sizes = self._lazynn_read_sizes(args, kwargs)
+            placed = list(self._lazynn_slots())
+            self._lazynn_check_dtype(args, kwargs, placed)
+            on_meta = all(raw(t).is_meta for _, t in placed if is_placeholder(t))
+        if on_meta and rehearsing():  # (its forward follows, and a failure restores all)
+            with own():
+                shadow = self._lazynn_shadow(sizes)
+                self._lazynn_check_layout(shadow, sizes)
+                pending = self._lazynn_build(sizes, source=shadow)
+            run_inits(pending)
+            return
+        source, hooked = None, False
+        if on_meta or under_dynamo() or (hooked := goes_through_materialize(placed, None)):
             # (a placeholder with its own materialize() is built through it and initialized by
-            # reset_parameters(), as torch's lazy modules are: the eager layer on meta)
-            # No real forward follows to check the input (dynamo builds, then traces; a layer
-            # on meta has no values): the eager layer runs on meta first. (dynamo and sympy
-            # are imported on these paths already, so this costs nothing new.)
+            # reset_parameters(), as torch's lazy modules are: the eager layer on meta) No real
+            # forward follows to check the input (dynamo builds, then traces; a layer on meta
+            # has no values): the eager layer runs on meta first.
             shadow = run_on_meta(self, lambda: self._lazynn_shadow(sizes), sizes, args, kwargs)
             source = shadow if on_meta or hooked else None
         else:

@@ -41,6 +41,7 @@ __all__ = [
     "key_text",
     "match_dtypes",
     "new",
+    "of_torch",
     "parameter_device",
     "short_repr",
     "slots",
@@ -193,8 +194,14 @@ def _freeze(value: Any) -> Any:
     raise TypeError
 
 
+def of_torch(cls: type[nn.Module]) -> bool:
+    """Whether ``cls`` is one of torch.nn's classes (whose ``__init__`` makes every tensor
+    where its ``device=`` says, and has no other effect)."""
+    return cls.__module__.startswith("torch.nn.")
+
+
 def _layout_key(cls: type[nn.Module], kwargs: Mapping[str, Any], dtype: Any) -> Any:
-    if not cls.__module__.startswith("torch.nn."):
+    if not of_torch(cls):
         return None
     try:
         frozen = tuple(sorted((k, _freeze(v)) for k, v in kwargs.items()))

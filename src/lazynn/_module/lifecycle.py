@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
+
+# Private (no public way to step out of one function mode): the mode stack's top, and popping
+# it for a while (torch.overrides' own helpers). Guarded by tests/ecosystem/
+# test_torch_internals.py.
+from torch.overrides import _get_current_function_mode, _pop_mode_temporarily
 
 from .._errors import UnbuiltError, message, module_path
 from .callers import untraced
@@ -38,6 +44,7 @@ __all__ = [
     "is_lazy_module",
     "is_unbuilt",
     "outside_inference_mode",
+    "own_work",
     "pre_hook",
     "rehearsing",
     "warn_built",
@@ -48,6 +55,27 @@ def rehearsing() -> bool:
     """Whether this thread is inside a meta rehearsal (see ``_rehearse``): a failure there
     costs nothing (the model is restored), so layers skip their own meta check."""
     return context().rehearsal is not None
+
+
+@contextlib.contextmanager
+def own_work() -> Iterator[None]:
+    """lazynn's own work on a layer inside a rehearsal (reading its input's sizes, laying out
+    its torch.nn class on meta, filling its placeholders), outside the rehearsal's device
+    mode: a mode sees every tensor attribute read (``t.shape``), about 5,000 of them in a
+    ResNet-50's rehearsal, each a Python call. Only where that mode is the one mode running
+    (anything else the forward entered sees the work, as before); and only for work that
+    creates no tensor without naming its device (a user's class, whose ``__init__`` may,
+    stays under the mode)."""
+    rehearsal = context().rehearsal
+    mode = rehearsal.device if rehearsal is not None else None
+    if mode is None or torch._C._len_torch_function_stack() != 1:
+        yield
+        return
+    if _get_current_function_mode() is not mode:
+        yield
+        return
+    with _pop_mode_temporarily():
+        yield
 
 
 def warn_built(text: str | Warning, stacklevel: int = 2) -> None:

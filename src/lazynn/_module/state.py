@@ -74,6 +74,9 @@ class Rehearsing:
     #: work is running now (``_rehearsal.rehearse.apart``)
     apart: int = 0
     aside: bool = False
+    #: its device mode (``_rehearsal.meta_device.MetaDevice``), which lazynn's own reading of
+    #: a layer's tensors steps out of (``lifecycle.own_work``)
+    device: object | None = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ _DRAWS = frozenset(
     }
 )  # fmt: skip
 
+#: what a tensor attribute's read or write reaches a function mode as (``t.shape``: the
+#: descriptor's ``__get__``)
+_ATTRIBUTES = frozenset({"__get__", "__set__"})
+
 
 def _on_a_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a call draws on a real device: its ``device=`` names one, or, without it, its
@@ -97,8 +101,11 @@ class MetaDevice(DeviceContext):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        name = getattr(func, "__name__", None)
+        if name in _ATTRIBUTES:  # (a tensor's attribute read or set: nothing to make meta)
+            return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
-        if not self.drew and getattr(func, "__name__", None) in _DRAWS:
+        if not self.drew and name in _DRAWS:
             self.drew = _on_a_device(args, kwargs)
         if (
             self.fast

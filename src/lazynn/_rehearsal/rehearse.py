@@ -352,6 +352,7 @@ def _rehearse(
     outer, here.rehearsal = here.rehearsal, run.rehearsing
     drawn, others = RandomState(), OtherRandom()
     device = MetaDevice(fast=True, counter=run.counter)  # (the module doc)
+    run.rehearsing.device = device  # (lazynn's own work steps out of it: lifecycle.own_work)
     seed = torch.initial_seed()
     try:
         # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
@@ -380,7 +381,7 @@ def _rehearse(
     stand_in = _propagate(memo, run.modules, run.calls, run.sizes, run.inputs) if memo else {}
     mine = dict(model.named_modules())
     ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
-    return Rehearsal(
+    learnt = Rehearsal(
         calls=run.calls,
         types={p: type(m).__name__ for p, m in ran.items()},
         tensors={p: _tensor_infos(ran[p], mine[p], twin) for p in run.modules},
@@ -390,6 +391,9 @@ def _rehearse(
         output=output,
         notes=run.notes(),
     )
+    if twin is not None:  # (freed now, not by a cycle collection: Twin.dissolve)
+        twin.dissolve()
+    return learnt
 
 
 def warn_notes(notes: Iterable[str]) -> None:

@@ -109,6 +109,18 @@ class Twin:
         """The model's module that ``module`` (of the twin) stands for."""
         return self.modules[id(module)]
 
+    def dissolve(self) -> None:
+        """Empty the twin's modules, once a rehearsal is done with them. A twin is a web of
+        reference cycles (the rehearsal's hooks are its methods, a memoized forward or a
+        BatchNorm's shape-only one is bound to its module): dropped whole, only the cycle
+        collector frees it, a collection that walks everything made since the last one (as
+        long as the rehearsal of a ResNet-50 itself). Emptied, it is freed as it is dropped.
+        Only the modules the twin made are emptied (a forward may have put one of the
+        model's into it)."""
+        for module in list(self.root.modules()):
+            if id(module) in self.modules:
+                module.__dict__.clear()
+
 
 _PLAIN = frozenset({bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size})
 
