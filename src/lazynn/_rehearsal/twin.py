@@ -158,7 +158,8 @@ class _Remap:
             return state
         if isinstance(value, dict):
             new = type(value).__new__(type(value))
-            new.update((k, self(v)) for k, v in value.items())
+            if value:  # (most of a module's dicts, its hooks', are empty)
+                new.update((k, self(v)) for k, v in value.items())
             self.twins[id(value)] = new  # (a hook handle pointing at it follows: handle())
             return new
         if isinstance(value, list):
@@ -220,7 +221,9 @@ def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
     for module in model.modules():
         attrs = remap.twins[id(module)].__dict__
         for key, value in module.__dict__.items():
-            if isinstance(value, RemovableHandle):
+            if type(value) in _PLAIN:  # (a flag, a size, a name: as _Remap keeps them)
+                attrs[key] = value
+            elif isinstance(value, RemovableHandle):
                 handles.append((attrs, key, value))  # once every dict has its twin
             elif not (key == "forward" and _is_rehearsals(value)):
                 attrs[key] = remap(value)
