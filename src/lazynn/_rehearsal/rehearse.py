@@ -117,9 +117,12 @@ class _Run:
 
     def __init__(self, root: nn.Module, count_flops: bool) -> None:
         self.paths: dict[int, str] = {}
+        #: each module by its first path (as ``dict(root.named_modules())``, in one walk)
+        self.modules: dict[str, nn.Module] = {}
         for p, m in root.named_modules(remove_duplicate=False):
-            self.paths.setdefault(id(m), p)  # a module under two names: its first, as the rows
-        self.modules = dict(root.named_modules())
+            if id(m) not in self.paths:  # a module under two names: its first, as the rows
+                self.paths[id(m)] = p
+                self.modules[p] = m
         #: lazy modules by path, and their class before the run (they build as it runs)
         self.lazy = {p: type(m) for p, m in self.modules.items() if is_lazy_module(m)}
         #: lazy layers by path, and what they knew before the run (their arguments)

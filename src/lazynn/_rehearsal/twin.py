@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import types
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -123,16 +124,18 @@ class Twin:
 
 
 _PLAIN = frozenset({bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size})
+#: a module's own containers, each copied (an empty one: made new, as _Remap would)
+_CONTAINERS = frozenset({dict, OrderedDict, set})
 
 
 class _Remap:
     """Maps what the model's objects refer to onto the twin (see the module doc)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, modules: Iterable[nn.Module]) -> None:
         self.twins: dict[int, Any] = {}
         self.modules: dict[int, nn.Module] = {}  # twin id -> original
         self.tensors: dict[int, torch.Tensor] = {}  # twin tensor id -> original
-        for module in model.modules():
+        for module in modules:
             cls = type(module)
             twin = cls.__new__(cls)
             self.twins[id(module)] = twin
@@ -216,13 +219,18 @@ def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
     is only read. ``shapes_only``: for a run under ``no_grad``, the twin's BatchNorms check
     their input and return its shape without running their kernel (see
     :func:`_batch_norm_shapes`)."""
-    remap = _Remap(model)
+    modules = list(model.modules())
+    remap = _Remap(modules)
     handles = []
-    for module in model.modules():
+    for module in modules:
         attrs = remap.twins[id(module)].__dict__
+        twins = remap.twins
         for key, value in module.__dict__.items():
-            if type(value) in _PLAIN:  # (a flag, a size, a name: as _Remap keeps them)
+            kind = type(value)
+            if kind in _PLAIN:  # (a flag, a size, a name: as _Remap keeps them)
                 attrs[key] = value
+            elif kind in _CONTAINERS and not value:  # (most hook dicts): a new empty one
+                attrs[key] = twins[id(value)] = kind()
             elif isinstance(value, RemovableHandle):
                 handles.append((attrs, key, value))  # once every dict has its twin
             elif not (key == "forward" and _is_rehearsals(value)):
@@ -234,7 +242,7 @@ def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
     for attrs, key, value in handles:
         attrs[key] = remap.handle(value)
     if shapes_only:
-        _shapes_only(remap.twins[id(m)] for m in model.modules())
+        _shapes_only(remap.twins[id(m)] for m in modules)
     return Twin(remap.twins[id(model)], remap.modules, remap.tensors)
 
 
