@@ -509,40 +509,50 @@ def test_the_flop_counters_dispatch_mode_can_run_unwrapped() -> None:
 
 
 def test_a_function_mode_can_be_stepped_out_of_for_a_while() -> None:
-    """``torch.overrides._get_current_function_mode`` / ``_pop_mode_temporarily`` (a lazy
-    layer's own work in a rehearsal steps out of the rehearsal's device mode:
-    ``lifecycle.own_work``): the mode is off inside, back after, even after a raise; and
-    torch's device context keeps to the bottom of the stack, where a rehearsal finds it."""
-    from torch.overrides import _get_current_function_mode, _pop_mode_temporarily
+    """``torch.overrides._get_current_function_mode`` / ``_pop_mode`` / ``_push_mode`` (lazynn's
+    own work on a layer steps out of the modes it entered: ``lifecycle.own_work``): the stack's
+    top, popped and pushed back; torch's device context at the bottom of the stack, another
+    mode above it. own_work leaves lazynn's modes from the top down, stops at one it did not
+    enter, and puts them back, even after a raise."""
+    from torch.overrides import (
+        TorchFunctionMode,
+        _get_current_function_mode,
+        _pop_mode,
+        _push_mode,
+    )
 
-    from lazynn._module.lifecycle import own_work
-    from lazynn._module.state import Rehearsing, context
+    from lazynn._module.lifecycle import own_modes, own_work
     from lazynn._rehearsal.meta_device import MetaDevice
 
     seen: list[str] = []
 
-    class Seen(MetaDevice):
+    class Seen(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             seen.append(getattr(func, "__name__", "?"))
-            return super().__torch_function__(func, types, args, kwargs)
+            return func(*args, **(kwargs or {}))
 
-    mode = Seen()
-    with mode:
-        assert _get_current_function_mode() is mode
-        assert torch._C._len_torch_function_stack() == 1
-        with _pop_mode_temporarily():
-            assert torch._C._len_torch_function_stack() == 0
-            assert torch.empty(1).device.type == "cpu"
-        with pytest.raises(ValueError, match="inside"), _pop_mode_temporarily():
-            raise ValueError("inside")
-        assert _get_current_function_mode() is mode
-        here, before = context(), context().rehearsal
-        here.rehearsal = Rehearsing(device=mode)
-        try:
+    device, mine, theirs = MetaDevice(), Seen(), Seen()
+    with device, mine:
+        assert torch._C._len_torch_function_stack() == 2
+        assert _get_current_function_mode() is mine
+        popped = _pop_mode()
+        assert popped is mine
+        assert _get_current_function_mode() is device
+        _push_mode(popped)
+        assert _get_current_function_mode() is mine
+        with own_modes(device, mine):
             with own_work():
-                _ = torch.ones(1).shape  # (made with the mode off: a CPU tensor)
-            assert seen == []
-            _ = torch.ones(1).shape
-        finally:
-            here.rehearsal = before
-    assert seen == ["ones", "__get__"]
+                assert torch._C._len_torch_function_stack() == 0
+                assert torch.ones(1).device.type == "cpu"  # (the meta device left too)
+            with pytest.raises(ValueError, match="inside"), own_work():
+                raise ValueError("inside")
+            assert _get_current_function_mode() is mine
+            assert torch.ones(1).device.type == "meta"
+            seen.clear()
+            with theirs:  # (a mode lazynn did not enter, on top: it stays, and sees the work)
+                with own_work():
+                    torch.ones(1)
+                assert torch._C._len_torch_function_stack() == 3
+        assert seen == ["ones", "ones"]  # (theirs, then mine under it)
+        with own_work():  # (no mode registered: nothing left)
+            assert torch._C._len_torch_function_stack() == 2

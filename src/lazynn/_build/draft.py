@@ -48,11 +48,12 @@ from .._errors import (
 )
 from .._layer.base import LazyLayer
 from .._module.deferred import PROBE
-from .._module.lifecycle import finish, is_lazy_module
+from .._module.lifecycle import finish, is_lazy_module, own_modes
 from .._module.snapshot import OtherRandom
 from .._module.state import Constructing, Drafting, Entry, context, find_state
 from .._module.tensors import is_placeholder, own_slots
 from .._program.record import Recorder
+from .._rehearsal.meta_device import MetaDevice
 
 __all__ = [
     "MAX_DRAFTS",
@@ -138,8 +139,11 @@ def draft(
     others = OtherRandom()
     try:
         # (recorded: a value the code reads is computed for real, no generator moves)
-        with running(drafting), _watching_ties(drafting), torch.device("meta"), Recorder():
-            model = made(factory(), where)
+        # (the meta device and the recorder: lazynn's, which a layer's layout steps out of)
+        device, recorder = MetaDevice(), Recorder()
+        with running(drafting), _watching_ties(drafting), device, recorder:
+            with own_modes(device, recorder.function_mode):
+                model = made(factory(), where)
     except ValueError as error:
         if _UNINITIALIZED not in str(error):
             raise

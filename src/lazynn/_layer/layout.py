@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -27,12 +28,12 @@ from torch import nn
 
 from .._errors import LazynnError, message
 from .._module.deferred import PROBE
-from .._module.lifecycle import attach
+from .._module.lifecycle import attach, own_work
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
 from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction
 from .._module.tensors import own_slots
 from .._program.record import unrecorded
-from .construct import construct, hide_probes, new, parameter_device
+from .construct import construct, hide_probes, new, of_torch, parameter_device
 from .infer import CLASS_KEY, UNKNOWN, Infer
 
 __all__ = ["lay_out", "same_arguments"]
@@ -167,11 +168,31 @@ def _placeholders(
         # super().__init__ (dynamo, tracing a construction inside a compiled function,
         # reads attributes through nn.Module.__getattr__)
         nn.Module.__init__(layer)
-    state = lazy_state(layer)
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
     target = torch.device(device) if device is not None else torch.get_default_device()
     param_target = target if device is not None else parameter_device(target)
+    # (the devices read: a torch.nn class is laid out out of lazynn's modes, lifecycle.own_work)
+    with own_work() if of_torch(cls) else nullcontext():
+        devices = (target, param_target)
+        _lay_out(layer, cls, specs, known_buffers, kwargs, drafting, given, dtype, devices)
+
+
+def _lay_out(
+    layer: nn.Module,
+    cls: type[nn.Module],
+    specs: Mapping[str, Infer],
+    known_buffers: frozenset[str],
+    kwargs: dict[str, Any],
+    drafting: Drafting | None,
+    given: dict[str, Any],
+    dtype: torch.dtype | None,
+    devices: tuple[torch.device, torch.device],
+) -> None:
+    """:func:`_placeholders` once the devices are known (``devices``: the buffers', the
+    parameters')."""
+    target, param_target = devices
+    state = lazy_state(layer)
     probes = {name: spec.probe_value(kwargs) for name, spec in specs.items()}
     if drafting is not None:  # sizes an earlier run learnt stand in for the probes
         learnt = drafting.known.get(len(drafting.entries), {})

@@ -24,10 +24,10 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as _TorchLazyModuleMixin
 
-# Private (no public way to step out of one function mode): the mode stack's top, and popping
-# it for a while (torch.overrides' own helpers). Guarded by tests/ecosystem/
+# Private (no public way to step out of a function mode for a while): the mode stack's top,
+# popping and pushing (torch.overrides' own helpers). Guarded by tests/ecosystem/
 # test_torch_internals.py.
-from torch.overrides import _get_current_function_mode, _pop_mode_temporarily
+from torch.overrides import _get_current_function_mode, _pop_mode, _push_mode
 
 from .._errors import UnbuiltError, message, module_path
 from .callers import untraced
@@ -44,6 +44,7 @@ __all__ = [
     "is_lazy_module",
     "is_unbuilt",
     "outside_inference_mode",
+    "own_modes",
     "own_work",
     "pre_hook",
     "rehearsing",
@@ -58,24 +59,42 @@ def rehearsing() -> bool:
 
 
 @contextlib.contextmanager
-def own_work() -> Iterator[None]:
-    """lazynn's own work on a layer inside a rehearsal (reading its input's sizes, laying out
-    its torch.nn class on meta, filling its placeholders), outside the rehearsal's device
-    mode: a mode sees every tensor attribute read (``t.shape``), about 5,000 of them in a
-    ResNet-50's rehearsal, each a Python call. Only where that mode is the one mode running
-    (anything else the forward entered sees the work, as before); and only for work that
-    creates no tensor without naming its device (a user's class, whose ``__init__`` may,
-    stays under the mode)."""
-    rehearsal = context().rehearsal
-    mode = rehearsal.device if rehearsal is not None else None
-    if mode is None or torch._C._len_torch_function_stack() != 1:
+def own_modes(*modes: object) -> Iterator[None]:
+    """``modes``, function modes lazynn has entered on this thread (see :func:`own_work`)."""
+    ours = context().own_modes
+    ours.extend(modes)
+    try:
         yield
-        return
-    if _get_current_function_mode() is not mode:
+    finally:
+        del ours[len(ours) - len(modes) :]
+
+
+def own_work() -> contextlib.AbstractContextManager[None]:
+    """lazynn's own work on a layer (reading its input's sizes, laying out its torch.nn class
+    on meta, making or filling its placeholders), out of the function modes lazynn entered
+    (:func:`own_modes`: a rehearsal's meta device, a draft's meta device and recorder): a
+    mode sees every tensor attribute read (``t.shape``), about 5,000 of them in a ResNet-50's
+    rehearsal, each a Python call. The modes are left from the top of the stack down while
+    they are lazynn's (one a user or the forward entered above them stays, and sees the work,
+    as before). Only for work that names the device of every tensor it makes (a user's class,
+    whose ``__init__`` may not, stays under the modes)."""
+    ours = context().own_modes
+    return _left(ours) if ours else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _left(ours: list[object]) -> Iterator[None]:
+    left: list[object] = []
+    try:
+        while torch._C._len_torch_function_stack():
+            top = _get_current_function_mode()
+            if not any(top is mode for mode in ours):
+                break
+            left.append(_pop_mode())
         yield
-        return
-    with _pop_mode_temporarily():
-        yield
+    finally:
+        for mode in reversed(left):
+            _push_mode(mode)
 
 
 def warn_built(text: str | Warning, stacklevel: int = 2) -> None:

@@ -74,9 +74,6 @@ class Rehearsing:
     #: work is running now (``_rehearsal.rehearse.apart``)
     apart: int = 0
     aside: bool = False
-    #: its device mode (``_rehearsal.meta_device.MetaDevice``), which lazynn's own reading of
-    #: a layer's tensors steps out of (``lifecycle.own_work``)
-    device: object | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +144,10 @@ class Context:
     #: ended at), so the next one in the same checkpoint continues those draws
     #: (``_snapshot.continue_builds``; the states are ``_snapshot.RandomState``)
     build_stream: tuple[Any, Any, Any] | None = None
+    #: the function modes lazynn entered on this thread (a rehearsal's meta device, a draft's
+    #: meta device and recorder), which its own work on a layer steps out of
+    #: (``lifecycle.own_work``)
+    own_modes: list[object] = field(default_factory=list)
 
 
 _LOCAL = threading.local()

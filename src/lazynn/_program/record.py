@@ -140,6 +140,11 @@ class Recorder:
         #: how many ``unrecorded()`` blocks are open (what runs there is not recorded)
         self.paused = 0
 
+    @property
+    def function_mode(self) -> Functions:
+        """The recorder's Python half (``_functions``): a function mode while it records."""
+        return self._functions
+
     def __enter__(self) -> Recorder:
         active = getattr(_LOCAL, "active", None)
         if active is None:

@@ -40,7 +40,7 @@ from .._errors import (
 from .._layer.arguments import left_in_note
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
-from .._module.lifecycle import is_lazy_module
+from .._module.lifecycle import is_lazy_module, own_modes
 from .._module.snapshot import OtherRandom, RandomState
 from .._module.state import BUILD_LOCK, Rehearsing, context, find_state
 from .._module.tensors import (
@@ -355,12 +355,12 @@ def _rehearse(
     outer, here.rehearsal = here.rehearsal, run.rehearsing
     drawn, others = RandomState(), OtherRandom()
     device = MetaDevice(fast=True, counter=run.counter)  # (the module doc)
-    run.rehearsing.device = device  # (lazynn's own work steps out of it: lifecycle.own_work)
     seed = torch.initial_seed()
     try:
         # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
         # device: what the forward creates without a device is meta, and draws nothing)
-        with torch.inference_mode(False), torch.no_grad(), device:
+        # (lazynn's own work on a layer steps out of it: lifecycle.own_work)
+        with torch.inference_mode(False), torch.no_grad(), device, own_modes(device):
             output = run(root, meta_args, meta_kwargs)
     finally:
         here.rehearsal = outer
