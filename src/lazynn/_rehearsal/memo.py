@@ -171,17 +171,20 @@ class Memo:
             declared = _value_key(state.kwargs) if isinstance(state, LazyState) else None
         except _Unhashable:
             return None
-        tensors = tuple(
-            (
-                name,
-                None
-                if t is None
-                else ("lazy", t.dtype, t.requires_grad)
-                if is_placeholder(t)
-                else (tuple(t.shape), t.dtype, t.requires_grad),
+        # (a placeholder's dtype and requires_grad read as a tensor's: not through its
+        # __torch_function__; torch._C.DisableTorchFunctionSubclass, as _module.tensors.raw)
+        with torch._C.DisableTorchFunctionSubclass():
+            tensors = tuple(
+                (
+                    name,
+                    None
+                    if t is None
+                    else ("lazy", t.dtype, t.requires_grad)
+                    if is_placeholder(t)
+                    else (tuple(t.shape), t.dtype, t.requires_grad),
+                )
+                for name, t in (*module._parameters.items(), *module._buffers.items())
             )
-            for name, t in (*module._parameters.items(), *module._buffers.items())
-        )
         children = []
         here = self.paths.get(id(module), "?")
         for name, child in module._modules.items():
