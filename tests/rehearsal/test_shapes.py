@@ -182,6 +182,29 @@ def conv(rank: int) -> Draw:
     return draw
 
 
+def conv_transpose(rank: int) -> Draw:
+    def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        batched = data.draw(st.booleans())
+        groups = data.draw(st.sampled_from([1, 1, 2]))
+        c_in = groups * data.draw(st.integers(1, 2)) + data.draw(st.sampled_from([0, 0, 0, 1]))
+        spatial = tuple(data.draw(st.integers(1, 5)) for _ in range(rank))
+        x = meta(data, (2, c_in, *spatial) if batched else (c_in, *spatial), FLOATS)
+        kernel = tuple(data.draw(st.integers(1, 3)) for _ in range(rank))
+        c_out = data.draw(st.integers(1, 2))
+        w = meta(data, (groups * data.draw(st.integers(1, 2)), c_out, *kernel))
+        w = w.to(x.dtype) if data.draw(st.integers(0, 5)) else w
+        kwargs = {
+            "stride": data.draw(st.sampled_from([1, 2, (2,) * rank])),
+            "padding": data.draw(st.sampled_from([0, 1, 2, (1,) * rank])),
+            "output_padding": data.draw(st.sampled_from([0, 0, 1, (1,) * rank])),
+            "dilation": data.draw(st.integers(1, 2)),
+            "groups": groups,
+        }
+        return (x, w, affine(data, (c_out * groups,), x.dtype)), kwargs
+
+    return draw
+
+
 def max_pool(rank: int) -> Draw:
     def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
         x = meta(data, shape(data, rank + 1, rank + 2, 1), FLOATS)
@@ -284,6 +307,9 @@ CASES: dict[Any, Draw] = {
     F.conv1d: conv(1),
     F.conv2d: conv(2),
     F.conv3d: conv(3),
+    F.conv_transpose1d: conv_transpose(1),
+    F.conv_transpose2d: conv_transpose(2),
+    F.conv_transpose3d: conv_transpose(3),
     F.max_pool1d: max_pool(1),
     F.max_pool2d: max_pool(2),
     F.max_pool3d: max_pool(3),
@@ -383,8 +409,8 @@ def test_a_fresh_process_building_and_summarizing_imports_no_compiler() -> None:
     torch._dynamo nor sympy is imported (torch's Python meta kernels import them). Not
     covered: a model the user constructs under ``torch.device("meta")`` (torch's own
     ``normal_`` on meta imports them, before lazynn runs), and the layers and functions
-    without a formula (``nn.ConvTranspose*``, ``matmul``, ``avg_pool``...) whose meta kernels
-    are Python references."""
+    without a formula (``matmul`` of some shapes, ``avg_pool``, ``interpolate``...) whose meta
+    kernels are Python references."""
     code = textwrap.dedent(
         """
         import sys
@@ -398,6 +424,7 @@ def test_a_fresh_process_building_and_summarizing_imports_no_compiler() -> None:
                 super().__init__()
                 self.conv = nn.Sequential(
                     lazynn.LazyConv2d(8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                    nn.MaxPool2d(2), lazynn.LazyConvTranspose2d(8, 2, stride=2),
                     nn.MaxPool2d(2), nn.Conv2d(8, 8, 3), nn.GroupNorm(2, 8), nn.SiLU(),
                     nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                 )

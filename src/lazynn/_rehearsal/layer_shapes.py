@@ -1,6 +1,6 @@
-"""torch.nn's layers' output shapes by formula (linear, convolution, pooling, attention,
-embedding), and the checks every formula of the rehearsal shares (``shapes.py`` is the
-table; its module doc says when a formula answers).
+"""torch.nn's layers' output shapes by formula (linear, convolution and its transpose,
+pooling, attention, embedding), and the checks every formula of the rehearsal shares
+(``shapes.py`` is the table; its module doc says when a formula answers).
 
 A check that fails raises :class:`Unsure`: the formula is not sure of torch's answer, and
 torch's kernel runs (and raises its own error for an input it refuses).
@@ -183,6 +183,48 @@ def _conv(rank: int) -> Callable[..., Tensor]:
     return formula
 
 
+def _conv_transpose(rank: int) -> Callable[..., Tensor]:
+    def formula(
+        t: Any,
+        weight: Any,
+        bias: Any = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        groups: Any = 1,
+        dilation: Any = 1,
+    ) -> Tensor:
+        # (the weight is (in_channels, out_channels / groups, *kernel))
+        t, weight = floating(t), row_major(weight)
+        check(t.dim() in (rank + 1, rank + 2) and weight.dim() == rank + 2)
+        check(weight.dtype == t.dtype and type(groups) is int and groups > 0)
+        out_channels, kernel = weight.shape[1] * groups, weight.shape[2:]
+        check(t.shape[-rank - 1] == weight.shape[0] and weight.shape[0] % groups == 0)
+        check(t.numel() > 0 and weight.numel() > 0)
+        check(bias is None or (row_major(bias).shape == (out_channels,) and bias.dtype == t.dtype))
+        strides, dilations = _expand(stride, rank, 1), _expand(dilation, rank, 1)
+        pads, extra = _expand(padding, rank, 0), _expand(output_padding, rank, 0)
+        # (torch: "output padding must be smaller than either stride or dilation")
+        check(all(e < s or e < d for e, s, d in zip(extra, strides, dilations, strict=True)))
+        sizes = tuple(
+            (n - 1) * s - 2 * p + d * (k - 1) + e + 1
+            for n, s, p, d, k, e in zip(
+                t.shape[-rank:], strides, pads, dilations, kernel, extra, strict=True
+            )
+        )
+        check(all(n > 0 for n in sizes))
+        return empty((*t.shape[: -rank - 1], out_channels, *sizes), t.dtype)
+
+    return formula
+
+
+def _conv_transpose_flops(out: Tensor, t: Tensor, weight: Tensor, *_: Any, **__: Any) -> Any:
+    # (FlopCounterMode's conv_flop_count, transposed: over the input's positions)
+    rank = weight.dim() - 2
+    batch = t.shape[0] if t.dim() == rank + 2 else 1
+    return _aten.convolution, 2 * batch * math.prod(weight.shape) * math.prod(t.shape[-rank:])
+
+
 def _conv_flops(out: Tensor, t: Tensor, weight: Tensor, *_: Any, **__: Any) -> Any:
     # (FlopCounterMode's conv_flop_count of aten.convolution: an unbatched input is batched)
     rank = weight.dim() - 2
@@ -271,6 +313,9 @@ LAYERS: dict[Any, Callable[..., Tensor]] = {
     F.conv1d: _conv(1),
     F.conv2d: _conv(2),
     F.conv3d: _conv(3),
+    F.conv_transpose1d: _conv_transpose(1),
+    F.conv_transpose2d: _conv_transpose(2),
+    F.conv_transpose3d: _conv_transpose(3),
     F.max_pool1d: _max_pool(1),
     F.max_pool2d: _max_pool(2),
     F.max_pool3d: _max_pool(3),
@@ -287,4 +332,7 @@ FLOPS: dict[Any, Callable[..., tuple[Any, int]]] = {
     F.conv1d: _conv_flops,
     F.conv2d: _conv_flops,
     F.conv3d: _conv_flops,
+    F.conv_transpose1d: _conv_transpose_flops,
+    F.conv_transpose2d: _conv_transpose_flops,
+    F.conv_transpose3d: _conv_transpose_flops,
 }
