@@ -57,9 +57,9 @@ def test_build_and_summary_leave_the_collector_running() -> None:
 
 @pytest.mark.parametrize("run", ["build", "summary"])
 def test_a_rehearsal_leaves_no_cycles_for_the_collector(run: str) -> None:
-    """The twin is emptied once a rehearsal is done with it (Twin.dissolve): what the
-    rehearsal made is freed as it is dropped, not left to a collection (which walks every
-    object made since the last one). A BatchNorm (its shape-only forward is bound to it) and
+    """The rehearsal's hooks and forwards come off the twin when it is done (Twin.release):
+    what the rehearsal made is freed as it is dropped, not left to a collection (which walks
+    every object made since the last one). A BatchNorm (its shape-only forward is bound to it) and
     repeated blocks (memoized forwards) included. (A summary's FLOP counter leaves torch's
     own: pytree's self-referencing helper functions, no module, tensor or dict.)"""
     from torch import nn

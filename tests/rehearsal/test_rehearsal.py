@@ -452,3 +452,111 @@ def test_the_rehearsals_batch_norm_accepts_what_torchs_accepts(
     except lazynn.InferenceError:
         lazynn_accepts = False
     assert lazynn_accepts == torch_accepts
+
+
+# --- user code the rehearsal runs while a lazy layer builds: under the meta device ------------
+def _drawing_registration_hook(seen: list[str]) -> Any:
+    """A global parameter registration hook (public torch API) that draws without a device,
+    as a library sampling something per parameter would."""
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
+    def hook(module: nn.Module, name: str, param: Any) -> None:
+        if param is not None and not isinstance(param, nn.UninitializedParameter):
+            seen.append(torch.rand(()).device.type)
+
+    return register_module_parameter_registration_hook(hook)
+
+
+@pytest.mark.parametrize("form", ["instance", "factory", "summary"])
+def test_user_code_a_layers_build_runs_stays_under_the_meta_device(form: str) -> None:
+    """lazynn's own work on a layer steps out of its modes (``lifecycle.own_work``), but not
+    the user's code that work calls: torch's registration hooks, run by a layout of the eager
+    class (at construction, in the rehearsal, in a factory's draft), run under the meta
+    device and draw nothing, and the build equals eager construction."""
+
+    class Net(nn.Module):
+        def __init__(self, lazy: bool = True) -> None:
+            super().__init__()
+            self.a = lazynn.LazyLinear(8) if lazy else nn.Linear(4, 8)
+            self.b = lazynn.LazyLinear(3) if lazy else nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    from lazynn._layer.construct import _LAYOUTS
+
+    _LAYOUTS.clear()  # (layouts are remembered: the first one of a class runs its __init__)
+    seen: list[str] = []
+    handle = _drawing_registration_hook(seen)
+    try:
+        torch.manual_seed(0)
+        eager, eager_state = Net(False), torch.get_rng_state()
+        _LAYOUTS.clear()
+        torch.manual_seed(0)
+        if form == "summary":
+            model = Net()
+            _LAYOUTS.clear()
+            seen.clear()
+            lazynn.summary(model, (2, 4))
+            assert torch.equal(torch.get_rng_state(), torch.manual_seed(0).get_state())
+            assert seen
+            assert set(seen) == {"meta"}
+            return
+        built = lazynn.build(Net() if form == "instance" else Net, (2, 4))
+    finally:
+        handle.remove()
+    assert torch.equal(torch.get_rng_state(), eager_state)
+    for mine, theirs in zip(built.state_dict().values(), eager.state_dict().values(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_a_placeholders_own_materialize_runs_under_the_meta_device() -> None:
+    """A placeholder class with its own ``materialize()`` (tensordict's kind) that makes a
+    tensor without a device: in the rehearsal it is a meta one, and the build leaves the
+    generator where a first call does."""
+
+    class Jittered(lazynn.UninitializedParameter):
+        def materialize(self, shape: Any, device: Any = None, dtype: Any = None) -> None:
+            super().materialize(shape, device=device, dtype=dtype)
+            self.__dict__.setdefault("made", []).append(torch.rand(()).device.type)
+
+    def make() -> nn.Module:
+        layer = lazynn.LazyLinear(5)
+        layer.weight = Jittered()
+        return layer
+
+    torch.manual_seed(0)
+    first = make()
+    first(torch.ones(2, 4))
+    after_first = torch.get_rng_state()
+    torch.manual_seed(0)
+    built = lazynn.build(make(), (2, 4))
+    assert torch.equal(torch.get_rng_state(), after_first)
+    assert torch.equal(built.weight, first.weight)
+    assert torch.equal(built.bias, first.bias)
+
+
+def test_a_module_the_forward_kept_stays_a_working_module() -> None:
+    """What a user's hook or forward keeps of the rehearsal's twin (a profiler's global hook,
+    a forward that stores ``self``) stays a working meta module once the rehearsal is done
+    (``Twin.release`` takes off only the rehearsal's own forwards)."""
+    kept: list[nn.Module] = []
+
+    def keep(module: nn.Module, args: Any, out: Any) -> None:
+        kept.append(module)
+
+    handle = nn.modules.module.register_module_forward_hook(keep)
+    try:
+        model = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d(), nn.ReLU())
+        lazynn.build(model, (3, 5))
+    finally:
+        handle.remove()
+    twins = [m for m in kept if m not in set(model.modules())]
+    assert twins
+    for module in twins:
+        assert isinstance(module.training, bool)
+        _ = repr(module), list(module.parameters())
+    linear = next(m for m in twins if isinstance(m, nn.Linear))
+    assert (linear.in_features, linear.weight.device.type) == (5, "meta")
+    norm = next(m for m in twins if isinstance(m, nn.BatchNorm1d))
+    assert norm(torch.empty(3, 4, device="meta")).shape == (3, 4)

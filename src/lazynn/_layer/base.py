@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -254,7 +255,7 @@ class LazyLayer(LazyModuleMixin):
         if not in_build():
             self._infer_parameters(self, args, kwargs)
             return
-        # (a torch.nn class, out of a rehearsal's device mode: lifecycle.own_work)
+        # (lazynn's own work, out of its modes: lifecycle.own_work; user code stays under them)
         own = own_work if rehearsing() and of_torch(self.cls_to_become) else nullcontext
         with own():
             sizes = self._lazynn_read_sizes(args, kwargs)
@@ -262,8 +263,9 @@ class LazyLayer(LazyModuleMixin):
             self._lazynn_check_dtype(args, kwargs, placed)
             on_meta = all(raw(t).is_meta for _, t in placed if is_placeholder(t))
         if on_meta and rehearsing():  # (its forward follows, and a failure restores all)
-            with own():
-                shadow = self._lazynn_shadow(sizes)
+            shadow = self._lazynn_construct(sizes, "meta")  # (may run registration hooks)
+            with own() if not goes_through_materialize(placed, None) else nullcontext():
+                match_dtypes(shadow, placed)
                 self._lazynn_check_layout(shadow, sizes)
                 pending = self._lazynn_build(sizes, source=shadow)
             run_inits(pending)
@@ -280,13 +282,8 @@ class LazyLayer(LazyModuleMixin):
             # The first call: the layer is constructed for real, and the forward that follows
             # is the check; if it fails, LazyModuleMixin.__call__ undoes the build, random
             # numbers included. No meta tensor is touched.
-            shadow = source = construct_checked(
-                self,
-                lambda: self._lazynn_new_eager(sizes),
-                sizes,
-                args,
-                kwargs,
-            )
+            eager = partial(self._lazynn_new_eager, sizes)
+            shadow = source = construct_checked(self, eager, sizes, args, kwargs)
         self._lazynn_check_layout(shadow, sizes)
         run_inits(self._lazynn_build(sizes, source=source))
 

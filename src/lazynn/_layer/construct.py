@@ -137,7 +137,9 @@ def _meta(
 ) -> nn.Module:
     # Tensor arguments (LinearCrossEntropyLoss's class weights) go to meta with the layer.
     kwargs = {k: map_tensors(meta_like, v) for k, v in kwargs.items()}
-    with _NoEmptyInits():
+    # (under the meta device too: what the user's code the construction calls makes without a
+    # device, torch's global registration hooks, is meta and draws nothing, as a layout must)
+    with _NoEmptyInits(), torch.device("meta"):
         return construct(cls, kwargs, "meta", dtype, into)
 
 

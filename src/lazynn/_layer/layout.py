@@ -172,35 +172,51 @@ def _placeholders(
     dtype = kwargs.pop("dtype", None)
     target = torch.device(device) if device is not None else torch.get_default_device()
     param_target = target if device is not None else parameter_device(target)
-    # (the devices read: a torch.nn class is laid out out of lazynn's modes, lifecycle.own_work)
-    with own_work() if of_torch(cls) else nullcontext():
-        devices = (target, param_target)
-        _lay_out(layer, cls, specs, known_buffers, kwargs, drafting, given, dtype, devices)
-
-
-def _lay_out(
-    layer: nn.Module,
-    cls: type[nn.Module],
-    specs: Mapping[str, Infer],
-    known_buffers: frozenset[str],
-    kwargs: dict[str, Any],
-    drafting: Drafting | None,
-    given: dict[str, Any],
-    dtype: torch.dtype | None,
-    devices: tuple[torch.device, torch.device],
-) -> None:
-    """:func:`_placeholders` once the devices are known (``devices``: the buffers', the
-    parameters')."""
-    target, param_target = devices
     state = lazy_state(layer)
     probes = {name: spec.probe_value(kwargs) for name, spec in specs.items()}
     if drafting is not None:  # sizes an earlier run learnt stand in for the probes
         learnt = drafting.known.get(len(drafting.entries), {})
         probes.update({name: value for name, value in learnt.items() if name in probes})
+    # (the eager class's layout, under the modes running: its construction may call the
+    # user's code, torch's global registration hooks, which make tensors where they say)
     if isinstance(layer, cls):
         new(cls, {**kwargs, **probes}, "meta", dtype, into=layer)
     else:  # not a subclass of the class it becomes (rank-agnostic): copy a meta layout
         layer.__dict__.update(new(cls, {**kwargs, **probes}, "meta", dtype).__dict__)
+    # (the placeholders, lazynn's own work only: out of lazynn's modes, lifecycle.own_work)
+    with own_work() if of_torch(cls) else nullcontext():
+        devices = (target, param_target)
+        _lay_out(layer, cls, known_buffers, probes, drafting, dtype, devices)
+    if drafting is None:
+        for name, spec in specs.items():
+            if name in layer.__dict__:  # stored by the eager class (not all store it)
+                unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
+                setattr(layer, name, unknown)
+        if layer._modules:  # (layouts of the eager class again: under the modes running)
+            hide_probes(layer, cls, kwargs, probes, dtype)
+    else:
+        state.index = len(drafting.entries)
+        drafting.entries.append(Entry(type(layer), given))
+    state.kwargs = kwargs
+    state.device = target
+    state.dtype = dtype if dtype is not None else torch.get_default_dtype()
+    attach(layer)
+    record_construction(layer)
+
+
+def _lay_out(
+    layer: nn.Module,
+    cls: type[nn.Module],
+    known_buffers: frozenset[str],
+    probes: dict[str, Any],
+    drafting: Drafting | None,
+    dtype: torch.dtype | None,
+    devices: tuple[torch.device, torch.device],
+) -> None:
+    """The placeholders of :func:`_placeholders`, once the eager class is laid out on the
+    layer (``devices``: the buffers', the parameters')."""
+    target, param_target = devices
+    state = lazy_state(layer)
     # The layout's shapes, for the checkpoint solver (which asks for the probe sizes first)
     state.shapes[(cls, repr(sorted(probes.items())))] = {
         (prefix, name): tensor.shape
@@ -222,18 +238,3 @@ def _lay_out(
                 probe = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
                 placeholder.__dict__[PROBE] = probe
             store[name] = state.placeholders[(prefix, name)] = placeholder
-    if drafting is None:
-        for name, spec in specs.items():
-            if name in layer.__dict__:  # stored by the eager class (not all store it)
-                unknown = (UNKNOWN,) * spec.trailing if spec.trailing else UNKNOWN
-                setattr(layer, name, unknown)
-        if layer._modules:
-            hide_probes(layer, cls, kwargs, probes, dtype)
-    else:
-        state.index = len(drafting.entries)
-        drafting.entries.append(Entry(type(layer), given))
-    state.kwargs = kwargs
-    state.device = target
-    state.dtype = dtype if dtype is not None else torch.get_default_dtype()
-    attach(layer)
-    record_construction(layer)

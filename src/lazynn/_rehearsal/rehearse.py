@@ -376,11 +376,13 @@ def _rehearse(
         if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
             drawn.restore()
         others.restore()  # (Python's random, numpy's: LayerDrop's draws, if it moved them)
-        if twin is None:  # the caller's model, built in place: nothing of the run stays
-            for handle in handles:
-                handle.remove()
-            if memo is not None:
-                memo.undo()
+        # Nothing of the run stays on the modules: on the caller's model (built in place),
+        # nor on the twin, whose modules the run's hooks and memoized forwards would hold in
+        # reference cycles (Twin.release: freed as they are dropped)
+        for handle in handles:
+            handle.remove()
+        if memo is not None:
+            memo.undo()
     stand_in = _propagate(memo, run.modules, run.calls, run.sizes, run.inputs) if memo else {}
     mine = dict(model.named_modules())
     ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
@@ -394,8 +396,8 @@ def _rehearse(
         output=output,
         notes=run.notes(),
     )
-    if twin is not None:  # (freed now, not by a cycle collection: Twin.dissolve)
-        twin.dissolve()
+    if twin is not None:  # (freed as it is dropped, not by a cycle collection)
+        twin.release()
     return learnt
 
 

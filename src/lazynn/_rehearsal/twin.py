@@ -110,17 +110,17 @@ class Twin:
         """The model's module that ``module`` (of the twin) stands for."""
         return self.modules[id(module)]
 
-    def dissolve(self) -> None:
-        """Empty the twin's modules, once a rehearsal is done with them. A twin is a web of
-        reference cycles (the rehearsal's hooks are its methods, a memoized forward or a
-        BatchNorm's shape-only one is bound to its module): dropped whole, only the cycle
-        collector frees it, a collection that walks everything made since the last one (as
-        long as the rehearsal of a ResNet-50 itself). Emptied, it is freed as it is dropped.
-        Only the modules the twin made are emptied (a forward may have put one of the
-        model's into it)."""
-        for module in list(self.root.modules()):
-            if id(module) in self.modules:
-                module.__dict__.clear()
+    def release(self) -> None:
+        """Take the rehearsal's own forwards off the twin's modules, once it is done with them
+        (its hooks and memoized forwards are taken off by the rehearsal). Each is bound to its
+        module, a reference cycle: a twin left so is freed only by the cycle collector, in a
+        collection that walks everything made since the last one (for a ResNet-50, as long as
+        its rehearsal). Released, it is freed as it is dropped; a module the forward or a
+        user's hook kept stays a working meta module."""
+        for module in self.root.modules():
+            bound = getattr(module.__dict__.get("forward"), "__func__", None)
+            if bound is _batch_norm_shapes and id(module) in self.modules:
+                del module.__dict__["forward"]
 
 
 _PLAIN = frozenset({bool, int, float, str, type(None), torch.dtype, torch.device, torch.Size})
