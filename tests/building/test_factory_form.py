@@ -271,3 +271,27 @@ def test_summary_of_a_factory_constructs_on_meta_only() -> None:
 def test_the_instance_form_refuses_shape_needing_init_and_names_the_factory_form() -> None:
     with pytest.raises(lazynn.UnbuiltError, match=r"lazynn\.build\(Net, example\)"):
         Net(lazy=True)
+
+
+def test_init_code_reading_a_lazy_norms_counter_reads_eagers_value() -> None:
+    """A known buffer (a lazy BatchNorm's ``num_batches_tracked``, a real zero before the
+    build) read in ``__init__``: the factory's draft reads eager's value, as a plain
+    construction does (it was an unrecorded tensor the draft could not evaluate)."""
+
+    class Net(nn.Module):
+        def __init__(self, lazy: bool = True) -> None:
+            super().__init__()
+            self.bn = lazynn.LazyBatchNorm2d() if lazy else nn.BatchNorm2d(3)
+            self.start = int(self.bn.num_batches_tracked.item())
+            self.conv = lazynn.LazyConv2d(4, 3) if lazy else nn.Conv2d(3, 4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(self.bn(x))
+
+    torch.manual_seed(0)
+    eager = Net(lazy=False)
+    torch.manual_seed(0)
+    built = lazynn.build(Net, (2, 3, 8, 8))
+    assert built.start == eager.start == 0
+    for mine, theirs in zip(built.state_dict().values(), eager.state_dict().values(), strict=True):
+        assert torch.equal(mine, theirs)

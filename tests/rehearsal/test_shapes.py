@@ -205,6 +205,44 @@ def conv_transpose(rank: int) -> Draw:
     return draw
 
 
+def recurrent(gates: int, cell: bool) -> Draw:
+    """``torch.lstm`` / ``gru`` / ``rnn_*`` as torch.nn's layers call them, a weight or a
+    state of the wrong size now and then."""
+
+    def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        layers, directions = data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 2]))
+        batch_first, bias = data.draw(st.booleans()), data.draw(st.booleans())
+        steps, batch, features = (data.draw(st.integers(1, 4)) for _ in range(3))
+        hidden = data.draw(st.integers(2, 4))
+        proj = data.draw(st.integers(0, hidden - 1)) if cell else 0
+        out_size = proj or hidden
+        dtype = data.draw(st.sampled_from(FLOATS))
+
+        def new(*shape: int) -> torch.Tensor:
+            return torch.empty(shape, dtype=dtype, device="meta")
+
+        x = meta(
+            data, (batch, steps, features) if batch_first else (steps, batch, features), [dtype]
+        )
+        weights = []
+        for layer in range(layers):
+            for _ in range(directions):
+                inputs = features if layer == 0 else directions * out_size
+                weights += [new(gates * hidden, inputs), new(gates * hidden, out_size)]
+                weights += [new(gates * hidden) for _ in range(2 * bias)]
+                weights += [new(out_size, hidden)] if proj else []
+        if data.draw(st.integers(0, 5)) == 0:  # a weight of another size
+            at = data.draw(st.integers(0, len(weights) - 1))
+            weights[at] = new(*(n + 1 for n in weights[at].shape))
+        wrong = data.draw(st.integers(0, 7)) == 0  # a state of another size
+        h0 = new(layers * directions, batch + wrong, out_size)
+        hx: Any = (h0, new(layers * directions, batch, hidden)) if cell else h0
+        flags = (bias, layers, 0.0, data.draw(st.booleans()), directions == 2, batch_first)
+        return (x, hx, weights, *flags), {}
+
+    return draw
+
+
 def max_pool(rank: int) -> Draw:
     def draw(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
         x = meta(data, shape(data, rank + 1, rank + 2, 1), FLOATS)
@@ -313,6 +351,10 @@ CASES: dict[Any, Draw] = {
     F.max_pool1d: max_pool(1),
     F.max_pool2d: max_pool(2),
     F.max_pool3d: max_pool(3),
+    torch.lstm: recurrent(4, cell=True),
+    torch.gru: recurrent(3, cell=False),
+    torch.rnn_tanh: recurrent(1, cell=False),
+    torch.rnn_relu: recurrent(1, cell=False),
     F.adaptive_avg_pool1d: adaptive(1),
     F.adaptive_avg_pool2d: adaptive(2),
     F.adaptive_avg_pool3d: adaptive(3),
@@ -364,15 +406,19 @@ def test_a_formula_gives_what_torchs_meta_kernel_gives(func: Any, data: st.DataO
         assert str(raised) == str(refused)
         return
     assert raised is None, raised
-    for out in (got, answered) if answered is not None else (got,):
-        assert (out.shape, out.dtype, out.stride()) == (
-            expected.shape,
-            expected.dtype,
-            expected.stride(),
-        ), (args, kwargs)
-        assert out.device.type == "meta"
-        inputs = [a for a in args if isinstance(a, torch.Tensor)]
-        assert any(out is a for a in inputs) == any(expected is a for a in inputs)
+    wants = expected if isinstance(expected, tuple) else (expected,)  # (a recurrent layer's)
+    for answer_or_got in (got, answered) if answered is not None else (got,):
+        outs = answer_or_got if isinstance(answer_or_got, tuple) else (answer_or_got,)
+        assert len(outs) == len(wants)
+        for out, want in zip(outs, wants, strict=True):
+            assert (out.shape, out.dtype, out.stride()) == (
+                want.shape,
+                want.dtype,
+                want.stride(),
+            ), (args, kwargs)
+            assert out.device.type == "meta"
+            inputs = [a for a in args if isinstance(a, torch.Tensor)]
+            assert any(out is a for a in inputs) == any(want is a for a in inputs)
     if answered is not None and func in FLOPS:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             func(*args, **kwargs)
@@ -409,8 +455,8 @@ def test_a_fresh_process_building_and_summarizing_imports_no_compiler() -> None:
     torch._dynamo nor sympy is imported (torch's Python meta kernels import them). Not
     covered: a model the user constructs under ``torch.device("meta")`` (torch's own
     ``normal_`` on meta imports them, before lazynn runs), and the layers and functions
-    without a formula (``matmul`` of some shapes, ``avg_pool``, ``interpolate``...) whose meta
-    kernels are Python references."""
+    without a formula (``matmul`` of some shapes, ``avg_pool``, ``interpolate``, a packed
+    sequence's recurrent layer...) whose meta kernels are Python references."""
     code = textwrap.dedent(
         """
         import sys
@@ -429,13 +475,14 @@ def test_a_fresh_process_building_and_summarizing_imports_no_compiler() -> None:
                     nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                 )
                 self.emb = nn.Embedding(10, 8)
+                self.rnn = lazynn.LazyLSTM(8)
                 self.norm = nn.LayerNorm(8)
                 self.fc = lazynn.LazyLinear(16)
                 self.head = nn.Sequential(nn.GELU(), nn.Dropout(0.1), lazynn.LazyLinear(4))
 
             def forward(self, x):
                 t = torch.arange(4, device=x.device)
-                h = self.conv(x) + self.emb(t).mean(0)
+                h = self.conv(x) + self.rnn(self.emb(t)[:, None])[0].mean((0, 1))
                 q = self.fc(self.norm(h)).view(-1, 2, 2, 4).transpose(1, 2)
                 a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
                 y = torch.cat([a.transpose(1, 2).reshape(-1, 16), h * 2], dim=-1)

@@ -31,7 +31,7 @@ from .._module.deferred import PROBE
 from .._module.lifecycle import attach, own_work
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
 from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction
-from .._module.tensors import own_slots
+from .._module.tensors import is_placeholder, own_slots
 from .._program.record import unrecorded
 from .construct import construct, hide_probes, new, of_torch, parameter_device
 from .infer import CLASS_KEY, UNKNOWN, Infer
@@ -62,8 +62,20 @@ def lay_out(
     try:
         with unrecorded():  # (placeholders and probes are no tensor's init program)
             _placeholders(layer, cls, specs, known_buffers, kwargs, program)
+        if isinstance(program, Drafting):  # (a value the code may read: num_batches_tracked)
+            _record_known(layer, known_buffers)
     finally:
         here.program = program
+
+
+def _record_known(layer: nn.Module, known_buffers: frozenset[str]) -> None:
+    """A draft's known buffers (real zeros, which no input sizes) made again as the draft's
+    recording sees them, so that ``__init__`` code reading one (``.item()``) reads eager's
+    value, as it does outside a draft."""
+    for name in known_buffers:
+        held = layer._buffers.get(name)
+        if held is not None and not is_placeholder(held):
+            layer._buffers[name] = torch.zeros(held.shape, dtype=held.dtype, device=held.device)
 
 
 def _take(program: Constructing, kind: type, kwargs: dict[str, Any]) -> Entry:

@@ -1,6 +1,6 @@
 """torch.nn's layers' output shapes by formula (linear, convolution and its transpose,
-pooling, attention, embedding), and the checks every formula of the rehearsal shares
-(``shapes.py`` is the table; its module doc says when a formula answers).
+pooling, attention, embedding, the recurrent layers), and the checks every formula of the
+rehearsal shares (``shapes.py`` is the table; its module doc says when a formula answers).
 
 A check that fails raises :class:`Unsure`: the formula is not sure of torch's answer, and
 torch's kernel runs (and raises its own error for an input it refuses).
@@ -305,8 +305,88 @@ def _embedding(
     return empty((*t.shape, weight.shape[1]), weight.dtype)
 
 
+def _recurrent(gates: int, cell: bool) -> Callable[..., tuple[Tensor, ...]]:
+    """``torch.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` as ``nn.LSTM``/``GRU``/``RNN``
+    call them on a padded input (``_VF.lstm(input, hx, weights, has_biases, num_layers,
+    dropout, train, bidirectional, batch_first)``; a packed sequence's form is left to torch):
+    the output, then the last hidden state (and, for an LSTM, the last cell state)."""
+
+    def formula(
+        t: Any,
+        hx: Any,
+        weights: Any,
+        has_biases: Any,
+        num_layers: Any,
+        dropout: Any,
+        train: Any,
+        bidirectional: Any,
+        batch_first: Any,
+    ) -> tuple[Tensor, ...]:
+        t = floating(t)
+        flags = (has_biases, train, bidirectional, batch_first)
+        check(t.dim() == 3 and t.numel() > 0 and all(type(f) is bool for f in flags))
+        check(type(num_layers) is int and num_layers > 0 and isinstance(dropout, NUMBER))
+        states = tuple(hx) if cell and isinstance(hx, (tuple, list)) else (hx,)
+        check(len(states) == (2 if cell else 1) and isinstance(weights, (tuple, list)))
+        layers, directions = num_layers, 2 if bidirectional else 1
+        batch, steps, features = (
+            (t.shape[0], t.shape[1], t.shape[2])
+            if batch_first
+            else (t.shape[1], t.shape[0], t.shape[2])
+        )
+        h0 = row_major(states[0])
+        check(h0.dim() == 3 and h0.shape[:2] == (layers * directions, batch))
+        out_size = h0.shape[2]
+        hidden = row_major(states[-1]).shape[2] if cell and states[-1].dim() == 3 else out_size
+        check(states[-1].shape == (layers * directions, batch, hidden))
+        each, left = divmod(len(weights), layers * directions)
+        projected = each - 2 - 2 * has_biases
+        check(left == 0 and projected in ((0, 1) if cell else (0,)))
+        check(all(s.dtype == t.dtype for s in states) and out_size > 0 and hidden > 0)
+        for number, at in enumerate(range(0, len(weights), each)):
+            inputs = features if number < directions else directions * out_size
+            shapes: list[tuple[int, ...]] = [(gates * hidden, inputs), (gates * hidden, out_size)]
+            shapes += [(gates * hidden,)] * (2 * has_biases) + [(out_size, hidden)] * projected
+            for w, shape in zip(weights[at : at + each], shapes, strict=True):
+                check(row_major(w).shape == shape and w.dtype == t.dtype)
+        width = directions * out_size
+        if batch_first:  # (torch's kernel runs time-major and hands back a transposed view)
+            out = torch.empty_strided(
+                (batch, steps, width), (width, batch * width, 1), dtype=t.dtype, device="meta"
+            )
+        else:
+            out = empty((steps, batch, width), t.dtype)
+        last = empty((layers * directions, batch, out_size), t.dtype)
+        if cell:
+            return out, last, empty((layers * directions, batch, hidden), t.dtype)
+        return out, last
+
+    return formula
+
+
+def _recurrent_flops(gates: int) -> Callable[..., tuple[Any, int]]:
+    """FlopCounterMode's count of torch's kernel: per layer and direction, the input's
+    projection over every step, then each step's hidden (and projection) products."""
+
+    def count(out: tuple[Tensor, ...], t: Tensor, hx: Any, weights: Any, *args: Any) -> Any:
+        has_biases, num_layers, _, _, bidirectional, batch_first = args
+        directions = 2 if bidirectional else 1
+        steps = t.shape[1] if batch_first else t.shape[0]
+        each = len(weights) // (num_layers * directions)
+        total = 0
+        for at in range(0, len(weights), each):
+            w_ih, w_hh = weights[at], weights[at + 1]
+            rows = steps * out[1].shape[1]  # (steps x batch)
+            total += 2 * rows * math.prod(w_ih.shape) + 2 * rows * math.prod(w_hh.shape)
+            if each - 2 - 2 * has_biases:  # (an LSTM's projection)
+                total += 2 * rows * math.prod(weights[at + each - 1].shape)
+        return _aten.mm, total
+
+    return count
+
+
 #: torch.nn's layers' functions -> their formulas
-LAYERS: dict[Any, Callable[..., Tensor]] = {
+LAYERS: dict[Any, Callable[..., Tensor | tuple[Tensor, ...]]] = {
     F.linear: _linear,
     F.scaled_dot_product_attention: _attention,
     F.embedding: _embedding,
@@ -322,6 +402,10 @@ LAYERS: dict[Any, Callable[..., Tensor]] = {
     F.adaptive_avg_pool1d: _adaptive_pool(1),
     F.adaptive_avg_pool2d: _adaptive_pool(2),
     F.adaptive_avg_pool3d: _adaptive_pool(3),
+    torch.lstm: _recurrent(4, cell=True),
+    torch.gru: _recurrent(3, cell=False),
+    torch.rnn_tanh: _recurrent(1, cell=False),
+    torch.rnn_relu: _recurrent(1, cell=False),
 }
 
 #: the answered functions with FLOPs: function -> (out, *args, **kwargs) -> (aten op, FLOPs),
@@ -335,4 +419,8 @@ FLOPS: dict[Any, Callable[..., tuple[Any, int]]] = {
     F.conv_transpose1d: _conv_transpose_flops,
     F.conv_transpose2d: _conv_transpose_flops,
     F.conv_transpose3d: _conv_transpose_flops,
+    torch.lstm: _recurrent_flops(4),
+    torch.gru: _recurrent_flops(3),
+    torch.rnn_tanh: _recurrent_flops(1),
+    torch.rnn_relu: _recurrent_flops(1),
 }

@@ -229,7 +229,7 @@ _ARANGED = FLOATS | {torch.int64, torch.int32, torch.int16, torch.int8, torch.ui
 _add, _sub, _mul, _div = _binary(), _binary(subtract=True), _binary(), _binary(divide=True)
 
 #: torch's function (as a function mode sees it) -> its formula
-_FORMULAS: dict[Any, Callable[..., Tensor]] = {
+_FORMULAS: dict[Any, Callable[..., Tensor | tuple[Tensor, ...]]] = {
     F.relu: _relu,
     F.silu: _relu,
     F.hardswish: _relu,
@@ -274,7 +274,9 @@ if hasattr(F, "rms_norm"):
     _FORMULAS[F.rms_norm] = _rms_norm
 
 
-def answer(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+def answer(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Tensor | tuple[Tensor, ...] | None:
     """The output of ``func(*args, **kwargs)`` by formula (an empty meta tensor of torch's
     shape, dtype and strides, or the input itself where torch returns it), or ``None``: not
     sure, torch's kernel must run (see the module doc). Call it with autograd off."""
@@ -287,7 +289,7 @@ def answer(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor |
         return None
 
 
-def flops(func: Any, out: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def flops(func: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``(aten op, FLOPs)`` for an answered call of ``func`` (None: it has none).
 
     >>> import torch
