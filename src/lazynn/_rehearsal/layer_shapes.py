@@ -145,6 +145,25 @@ def _expand(value: Any, rank: int, least: int) -> tuple[int, ...]:
     return values
 
 
+def _convolved(
+    t: Any, weight: Any, bias: Any, groups: Any, rank: int, transposed: bool
+) -> tuple[Tensor, int]:
+    """A convolution's checked input, and its output channels. The weight is (out, in /
+    groups, *kernel); transposed, (in, out / groups, *kernel)."""
+    t, weight = floating(t), row_major(weight)
+    check(t.dim() in (rank + 1, rank + 2) and weight.dim() == rank + 2)
+    check(weight.dtype == t.dtype and type(groups) is int and groups > 0)
+    if transposed:
+        out_channels = weight.shape[1] * groups
+        check(t.shape[-rank - 1] == weight.shape[0] and weight.shape[0] % groups == 0)
+    else:
+        out_channels = weight.shape[0]
+        check(t.shape[-rank - 1] == weight.shape[1] * groups and out_channels % groups == 0)
+    check(t.numel() > 0 and weight.numel() > 0)
+    check(bias is None or (row_major(bias).shape == (out_channels,) and bias.dtype == t.dtype))
+    return t, out_channels
+
+
 def _conv(rank: int) -> Callable[..., Tensor]:
     def formula(
         t: Any,
@@ -155,13 +174,8 @@ def _conv(rank: int) -> Callable[..., Tensor]:
         dilation: Any = 1,
         groups: Any = 1,
     ) -> Tensor:
-        t, weight = floating(t), row_major(weight)
-        check(t.dim() in (rank + 1, rank + 2) and weight.dim() == rank + 2)
-        check(weight.dtype == t.dtype and type(groups) is int and groups > 0)
-        out_channels, kernel = weight.shape[0], weight.shape[2:]
-        check(t.shape[-rank - 1] == weight.shape[1] * groups and out_channels % groups == 0)
-        check(t.numel() > 0 and weight.numel() > 0)
-        check(bias is None or (row_major(bias).shape == (out_channels,) and bias.dtype == t.dtype))
+        t, out_channels = _convolved(t, weight, bias, groups, rank, transposed=False)
+        kernel = weight.shape[2:]
         strides, dilations = _expand(stride, rank, 1), _expand(dilation, rank, 1)
         spatial = t.shape[-rank:]
         if padding == "same":
@@ -194,14 +208,8 @@ def _conv_transpose(rank: int) -> Callable[..., Tensor]:
         groups: Any = 1,
         dilation: Any = 1,
     ) -> Tensor:
-        # (the weight is (in_channels, out_channels / groups, *kernel))
-        t, weight = floating(t), row_major(weight)
-        check(t.dim() in (rank + 1, rank + 2) and weight.dim() == rank + 2)
-        check(weight.dtype == t.dtype and type(groups) is int and groups > 0)
-        out_channels, kernel = weight.shape[1] * groups, weight.shape[2:]
-        check(t.shape[-rank - 1] == weight.shape[0] and weight.shape[0] % groups == 0)
-        check(t.numel() > 0 and weight.numel() > 0)
-        check(bias is None or (row_major(bias).shape == (out_channels,) and bias.dtype == t.dtype))
+        t, out_channels = _convolved(t, weight, bias, groups, rank, transposed=True)
+        kernel = weight.shape[2:]
         strides, dilations = _expand(stride, rank, 1), _expand(dilation, rank, 1)
         pads, extra = _expand(padding, rank, 0), _expand(output_padding, rank, 0)
         # (torch: "output padding must be smaller than either stride or dilation")
@@ -218,18 +226,16 @@ def _conv_transpose(rank: int) -> Callable[..., Tensor]:
     return formula
 
 
-def _conv_transpose_flops(out: Tensor, t: Tensor, weight: Tensor, *_: Any, **__: Any) -> Any:
-    # (FlopCounterMode's conv_flop_count, transposed: over the input's positions)
-    rank = weight.dim() - 2
-    batch = t.shape[0] if t.dim() == rank + 2 else 1
-    return _aten.convolution, 2 * batch * math.prod(weight.shape) * math.prod(t.shape[-rank:])
+def _conv_flops(transposed: bool) -> Callable[..., tuple[Any, int]]:
+    # (FlopCounterMode's conv_flop_count of aten.convolution: an unbatched input is batched;
+    # over the output's positions, or, transposed, the input's)
+    def count(out: Tensor, t: Tensor, weight: Tensor, *_: Any, **__: Any) -> Any:
+        rank = weight.dim() - 2
+        batch = t.shape[0] if t.dim() == rank + 2 else 1
+        positions = math.prod((t if transposed else out).shape[-rank:])
+        return _aten.convolution, 2 * batch * math.prod(weight.shape) * positions
 
-
-def _conv_flops(out: Tensor, t: Tensor, weight: Tensor, *_: Any, **__: Any) -> Any:
-    # (FlopCounterMode's conv_flop_count of aten.convolution: an unbatched input is batched)
-    rank = weight.dim() - 2
-    batch = t.shape[0] if t.dim() == rank + 2 else 1
-    return _aten.convolution, 2 * batch * math.prod(weight.shape) * math.prod(out.shape[-rank:])
+    return count
 
 
 def _pooled(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
@@ -413,12 +419,12 @@ LAYERS: dict[Any, Callable[..., Tensor | tuple[Tensor, ...]]] = {
 FLOPS: dict[Any, Callable[..., tuple[Any, int]]] = {
     F.linear: _linear_flops,
     F.scaled_dot_product_attention: _attention_flops,
-    F.conv1d: _conv_flops,
-    F.conv2d: _conv_flops,
-    F.conv3d: _conv_flops,
-    F.conv_transpose1d: _conv_transpose_flops,
-    F.conv_transpose2d: _conv_transpose_flops,
-    F.conv_transpose3d: _conv_transpose_flops,
+    F.conv1d: _conv_flops(transposed=False),
+    F.conv2d: _conv_flops(transposed=False),
+    F.conv3d: _conv_flops(transposed=False),
+    F.conv_transpose1d: _conv_flops(transposed=True),
+    F.conv_transpose2d: _conv_flops(transposed=True),
+    F.conv_transpose3d: _conv_flops(transposed=True),
     torch.lstm: _recurrent_flops(4),
     torch.gru: _recurrent_flops(3),
     torch.rnn_tanh: _recurrent_flops(1),
