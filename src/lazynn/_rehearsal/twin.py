@@ -105,6 +105,8 @@ class Twin:
     #: id(twin tensor) -> the model's tensor (a placeholder built in the twin is the same
     #: object after its build: fills are in place)
     tensors: dict[int, torch.Tensor]
+    #: the modules the twin made, in the model's order
+    made: list[nn.Module]
 
     def original(self, module: nn.Module) -> nn.Module:
         """The model's module that ``module`` (of the twin) stands for."""
@@ -117,9 +119,9 @@ class Twin:
         collection that walks everything made since the last one (for a ResNet-50, as long as
         its rehearsal). Released, it is freed as it is dropped; a module the forward or a
         user's hook kept stays a working meta module."""
-        for module in self.root.modules():
+        for module in self.made:
             bound = getattr(module.__dict__.get("forward"), "__func__", None)
-            if bound is _batch_norm_shapes and id(module) in self.modules:
+            if bound is _batch_norm_shapes:
                 del module.__dict__["forward"]
 
 
@@ -221,10 +223,10 @@ def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
     :func:`_batch_norm_shapes`)."""
     modules = list(model.modules())
     remap = _Remap(modules)
+    twins = remap.twins
     handles = []
     for module in modules:
-        attrs = remap.twins[id(module)].__dict__
-        twins = remap.twins
+        attrs = twins[id(module)].__dict__
         for key, value in module.__dict__.items():
             kind = type(value)
             if kind in _PLAIN:  # (a flag, a size, a name: as _Remap keeps them)
@@ -241,9 +243,10 @@ def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
                 del hooks[ident]
     for attrs, key, value in handles:
         attrs[key] = remap.handle(value)
+    made = [remap.twins[id(m)] for m in modules]
     if shapes_only:
-        _shapes_only(remap.twins[id(m)] for m in modules)
-    return Twin(remap.twins[id(model)], remap.modules, remap.tensors)
+        _shapes_only(made)
+    return Twin(remap.twins[id(model)], remap.modules, remap.tensors, made)
 
 
 def _batch_norm_shapes(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
