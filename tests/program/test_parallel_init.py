@@ -13,6 +13,7 @@ elements (a cached normal), float64, bfloat16, float16, uneven and empty shards,
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -395,8 +396,11 @@ def test_the_serial_fallback_draws_a_last_piece_of_16_or_more(
 
 
 def test_threads_jumping_for_the_first_time_at_once_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reduction table is made once, under a lock, whichever thread asks first."""
+    """The reduction table is made once, under a lock, whichever thread asks first. (No
+    distance's terms kept either: an earlier test's jump of the same distance would leave
+    nothing to compute, and the table unmade.)"""
     monkeypatch.setattr(jump_module, "_TABLE", [])
+    monkeypatch.setattr(jump_module, "_TERMS", collections.OrderedDict())
     start = torch.Generator().manual_seed(9).get_state()
     expected = jump_module.advance(start, 200_000, jump=False)
     ready = threading.Barrier(8)
