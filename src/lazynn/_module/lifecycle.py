@@ -70,14 +70,15 @@ def own_modes(*modes: object) -> Iterator[None]:
 
 
 def own_work() -> contextlib.AbstractContextManager[None]:
-    """lazynn's own work on a layer (reading its input's sizes, laying out its torch.nn class
-    on meta, making or filling its placeholders), out of the function modes lazynn entered
-    (:func:`own_modes`: a rehearsal's meta device, a draft's meta device and recorder): a
-    mode sees every tensor attribute read (``t.shape``), about 5,000 of them in a ResNet-50's
-    rehearsal, each a Python call. The modes are left from the top of the stack down while
-    they are lazynn's (one a user or the forward entered above them stays, and sees the work,
-    as before). Only for work that names the device of every tensor it makes (a user's class,
-    whose ``__init__`` may not, stays under the modes)."""
+    """lazynn's own work on a layer (reading its input's sizes, checking them, making or
+    filling its placeholders), out of the function modes lazynn entered (:func:`own_modes`:
+    a rehearsal's meta device, a draft's meta device and recorder): a mode sees every tensor
+    attribute read (``t.shape``), about 5,000 of them in a ResNet-50's rehearsal, each a
+    Python call. The modes are left from the top of the stack down while they are lazynn's
+    (one a user or the forward entered above them stays, and sees the work, as before). Only
+    for work that runs no user code and names the device of every tensor it makes: the eager
+    class's construction (which fires torch's registration hooks), a user's class, a
+    placeholder's own ``materialize()`` stay under the modes."""
     ours = context().own_modes
     return _left(ours) if ours else contextlib.nullcontext()
 
