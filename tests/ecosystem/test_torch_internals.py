@@ -488,24 +488,30 @@ def test_a_dispatch_mode_may_opt_out_of_dynamos_disable_wrapper() -> None:
 
 def test_the_flop_counters_dispatch_mode_can_run_unwrapped() -> None:
     """``torch.utils.flop_counter._FlopCounterMode`` (its ``__torch_dispatch__``, unwrapped from
-    dynamo's disable through ``__wrapped__``) and ``FlopCounterMode.mod_tracker.parents`` /
-    ``flop_counts`` (where the rehearsal adds the FLOPs of calls it answers by formula): lazynn's
-    counter counts what torch's does, per module."""
+    dynamo's disable through ``__wrapped__``), ``FlopCounterMode.mod_tracker`` (entered and
+    left by the counter, its ``parents`` read at each count: lazynn's counter puts a tracker
+    there that enters no module) and ``flop_counts`` (where the rehearsal adds the FLOPs of
+    calls it answers by formula): lazynn's counter counts torch's total, and installs no
+    global module hook while it counts."""
     from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode
+    from torch.utils.module_tracker import ModuleTracker
 
     from lazynn._rehearsal.counter import FlopCounter
 
     assert hasattr(_FlopCounterMode.__torch_dispatch__, "__wrapped__")
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Conv1d(16, 4, 3))
     x = torch.ones(2, 8)
-    counts = []
+    counts, hooked = [], []
     for kind in (FlopCounterMode, FlopCounter):
         with kind(display=False) as counter:
+            hooked.append(len(nn.modules.module._global_forward_pre_hooks))
             model[2](model[1](model[0](x)).unsqueeze(-1).expand(2, 16, 5))
-        assert isinstance(counter.mod_tracker.parents, set)
         counts.append({k: dict(v) for k, v in counter.flop_counts.items()})
-    assert counts[0] == counts[1]
-    assert counts[0]["Global"]
+        assert counter.get_total_flops() == sum(counts[-1]["Global"].values())
+    assert isinstance(FlopCounterMode(display=False).mod_tracker, ModuleTracker)
+    assert isinstance(FlopCounterMode(display=False).mod_tracker.parents, set)
+    assert counts[0]["Global"] and counts[1] == {"Global": counts[0]["Global"]}
+    assert hooked[0] > hooked[1]  # (torch's tracker hooks every module call; lazynn's none)
 
 
 def test_a_function_mode_can_be_stepped_out_of_for_a_while() -> None:

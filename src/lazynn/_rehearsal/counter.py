@@ -4,7 +4,10 @@ torch wraps every Python dispatch mode's ``__torch_dispatch__`` in a dynamo "dis
 imports ``torch._dynamo`` (1-2 s) at the first op it sees: a ``summary``, which counts FLOPs,
 would pay it in every fresh process. :class:`FlopCounter` is ``FlopCounterMode`` (the same
 formulas, the same counts) whose dispatch mode is the same code, unwrapped: a rehearsal never
-runs under ``torch.compile``.
+runs under ``torch.compile``. Nor does it track modules: ``FlopCounterMode``'s module tracker
+hooks every module call (a global hook, a walk of each module's children) to count per
+module, where the rehearsal wants the total (its own hooks count per module); every count
+goes to ``"Global"``, as the tracker's outermost parent.
 
 >>> import torch
 >>> with FlopCounter(display=False) as counter:
@@ -36,8 +39,27 @@ class _Counting(_FlopCounterMode):
         return _dispatch(self, func, types, args, kwargs)  # type: ignore[no-untyped-call]
 
 
+class _Total:
+    """``FlopCounterMode``'s module tracker as the total needs it: no module is ever entered,
+    so every count goes to ``"Global"`` (the attribute is public but undocumented:
+    tests/ecosystem/test_torch_internals.py checks it is still what the counter reads)."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _Total:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        return None
+
+
 class FlopCounter(FlopCounterMode):
-    """``FlopCounterMode`` whose first op imports no compiler (see the module doc)."""
+    """``FlopCounterMode`` whose first op imports no compiler, counting the total only (see
+    the module doc)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.mod_tracker = _Total()  # type: ignore[assignment]
 
     def __enter__(self) -> FlopCounter:
         super().__enter__()  # type: ignore[no-untyped-call]  # (its dispatch mode: replaced)
