@@ -15,7 +15,7 @@ values only, returning tensors (in tuples, lists, dicts) only. Anything else run
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
 import torch
@@ -26,9 +26,9 @@ from .._layer.infer import UNKNOWN
 from .._module.lifecycle import pre_hook
 from .._module.state import STATE_KEY, LazyState
 from .._module.tensors import is_placeholder, map_tensors
-from .twin import rehearsal_only
+from .twin import is_rehearsals, rehearsal_only
 
-__all__ = ["Below", "Memo", "Recorder"]
+__all__ = ["Below", "Memo", "Recorder", "repeats"]
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
@@ -105,53 +105,51 @@ def _fresh(value: Any) -> Any:
     )
 
 
-class Memo:
-    """Installs memoizing ``forward``s on the repeated blocks of a model (in ``__dict__``: the
-    rehearsal's twin, thrown away after) and records which block stood in for which."""
-
-    def __init__(
-        self, model: nn.Module, paths: dict[int, str], recorder: Recorder | None = None
-    ) -> None:
-        self.paths = paths
-        #: what the rehearsal counts (calls, FLOPs): a skipped block counts as its twin's run
-        self.recorder = recorder
-        self.results: dict[Hashable, tuple[str, Any, int, Below]] = {}
-        #: (path of a skipped block, path of the identical block that ran), in call order
-        self.aliases: list[tuple[str, str]] = []
-        self._prints: dict[int, Hashable | None] = {}
-        #: (block, its own forward before, or None), to undo the installation
-        self._installed: list[tuple[nn.Module, Any]] = []
-        for parent in model.modules():
-            if not isinstance(parent, _CONTAINERS):
+def repeats(
+    modules: Iterable[nn.Module], paths: dict[int, str]
+) -> list[tuple[nn.Module, Hashable]]:
+    """The blocks of a model (``modules``: its modules, each once, in its order) safe to
+    memoize (see the module doc), each with its fingerprint (equal for blocks that run
+    alike), in the model's order; ``paths``: each module's first path, by id. The model is
+    only read."""
+    prints = _Fingerprints(paths)
+    found = []
+    for parent in modules:
+        if not isinstance(parent, _CONTAINERS):
+            continue
+        for block in parent._modules.values():
+            if block is None or not block._modules:
                 continue
-            for block in parent._modules.values():
-                if block is None or not block._modules:
-                    continue
-                fingerprint = self._fingerprint(block)
-                if fingerprint is not None:
-                    self._installed.append((block, block.__dict__.get("forward")))
-                    block.__dict__["forward"] = self._forward(block, fingerprint)
+            fingerprint = prints(block)
+            if fingerprint is not None:
+                found.append((block, fingerprint))
+    return found
 
-    def undo(self) -> None:
-        """Take the memoizing forwards off (a model that outlives the rehearsal)."""
-        for block, own in self._installed:
-            if own is None:
-                block.__dict__.pop("forward", None)
-            else:
-                block.__dict__["forward"] = own
 
-    def _fingerprint(self, module: nn.Module) -> Hashable | None:
+class _Fingerprints:
+    """Each module's fingerprint (None: not safe to skip), each computed once."""
+
+    def __init__(self, paths: dict[int, str]) -> None:
+        self.paths = paths
+        self._prints: dict[int, Hashable | None] = {}
+
+    def __call__(self, module: nn.Module) -> Hashable | None:
         key = id(module)
         if key not in self._prints:
             self._prints[key] = self._compute(module)
         return self._prints[key]
 
     def _compute(self, module: nn.Module) -> Hashable | None:
+        # (a running rehearsal's own hooks and forwards, where the model is another
+        # rehearsal's twin, are not the model's: its twin has none)
         if (
-            module._forward_hooks
+            any(not is_rehearsals(h) for h in module._forward_hooks.values())
             or module._backward_hooks
             or module._backward_pre_hooks
-            or any(h is not pre_hook for h in module._forward_pre_hooks.values())
+            or any(
+                h is not pre_hook and not is_rehearsals(h)
+                for h in module._forward_pre_hooks.values()
+            )
         ):
             return None  # a user's hook would not run for a skipped twin
         state = module.__dict__.get(STATE_KEY)
@@ -164,7 +162,7 @@ class Memo:
             # a forward set on the instance (``block.forward = MethodType(f, block)``): blocks
             # run alike only with the same function
             own = module.__dict__.get("forward")
-            if own is not None:
+            if own is not None and not is_rehearsals(own):
                 attrs += (("forward", ("callable", id(getattr(own, "__func__", own)))),)
             # a lazy layer's constructor arguments (its other state is its own: placeholders,
             # construction number)
@@ -190,17 +188,70 @@ class Memo:
         for name, child in module._modules.items():
             if child is not None and self.paths.get(id(child)) != f"{here}.{name}".lstrip("."):
                 return None  # a module shared with another place: each call must be seen
-            sub = self._fingerprint(child) if child is not None else ("none",)
+            sub = self(child) if child is not None else ("none",)
             if sub is None:
                 return None
             children.append((name, sub))
         return (type(module), module.training, attrs, declared, tensors, tuple(children))
 
-    def _forward(self, block: nn.Module, fingerprint: Hashable) -> Callable[..., Any]:
+
+class Memo:
+    """Installs memoizing ``forward``s on the repeated blocks of a model's twin (in
+    ``__dict__``: thrown away after) and records which block stood in for which."""
+
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        #: what the rehearsal counts (calls, FLOPs): a skipped block counts as its twin's run
+        self.recorder = recorder
+        self.results: dict[Hashable, tuple[str, Any, int, Below]] = {}
+        #: (path of a skipped block, path of the identical block that ran), in call order
+        self.aliases: list[tuple[str, str]] = []
+        #: (block, its own forward before, or None), to undo the installation
+        self._installed: list[tuple[nn.Module, Any]] = []
+
+    def install(self, block: nn.Module, fingerprint: Hashable, path: str) -> None:
+        """Memoize ``block`` (of the twin, at ``path``) under ``fingerprint`` (:func:`repeats`)."""
+        self._installed.append((block, block.__dict__.get("forward")))
+        block.__dict__["forward"] = self._forward(block, fingerprint, path)
+
+    def undo(self) -> None:
+        """Take the memoizing forwards off (a model that outlives the rehearsal)."""
+        for block, own in self._installed:
+            if own is None:
+                block.__dict__.pop("forward", None)
+            else:
+                block.__dict__["forward"] = own
+
+    def propagate(
+        self,
+        model: dict[str, nn.Module],
+        modules: dict[str, nn.Module],
+        sizes: dict[nn.Module, dict[str, Any]],
+        inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]],
+    ) -> dict[str, str]:
+        """Give the lazy modules inside skipped blocks the sizes and inputs their twins learnt
+        (their calls were counted as each block was skipped: ``Recorder.skipped``); returns,
+        for each module's path in a skipped block, the path of the module that really ran in
+        its place. ``model``: the model's modules by path, whose tree the run's
+        (``modules``) is."""
+        stand_in: dict[str, str] = {}
+        for path, twin in self.aliases:  # call order: aliases inside a twin come first
+            for sub, _ in model[path].named_modules():
+                if not sub:
+                    continue
+                mine, theirs = f"{path}.{sub}" if path else sub, f"{twin}.{sub}" if twin else sub
+                source = stand_in.get(theirs, theirs)
+                if mine != theirs:  # (a block skipped against its own earlier call stands alone)
+                    stand_in[mine] = source
+                if modules[theirs] in sizes:
+                    sizes[modules[mine]] = sizes[modules[theirs]]
+                if modules[theirs] in inputs:
+                    inputs[modules[mine]] = inputs[modules[theirs]]
+        return stand_in
+
+    def _forward(self, block: nn.Module, fingerprint: Hashable, path: str) -> Callable[..., Any]:
         # the forward the block runs: its instance's own, if set, else its class's
         own = block.__dict__.get("forward")
         original = own if own is not None else functools.partial(type(block).forward, block)
-        path = self.paths.get(id(block), "?")
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             try:

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -54,8 +54,9 @@ from .._module.tensors import (
 from .collector import paused
 from .counter import FlopCounter
 from .failures import failure_of
+from .hollow import Stale, is_hollow
 from .learnt import Call, Rehearsal, TensorInfo
-from .memo import Below, Memo
+from .memo import Below, Memo, repeats
 from .meta_device import MetaDevice
 from .spec import as_meta
 from .twin import Twin, meta_twin, rehearsal_only
@@ -115,18 +116,18 @@ class _Run:
     happens (see :func:`rehearse`): each module's calls, the first call's inputs of the lazy
     modules that are not lazynn's, the sizes lazynn's read, the failures by module."""
 
-    def __init__(self, root: nn.Module, count_flops: bool) -> None:
-        self.paths: dict[int, str] = {}
-        #: each module by its first path (as ``dict(root.named_modules())``, in one walk)
-        self.modules: dict[str, nn.Module] = {}
-        for p, m in root.named_modules(remove_duplicate=False):
-            if id(m) not in self.paths:  # a module under two names: its first, as the rows
-                self.paths[id(m)] = p
-                self.modules[p] = m
+    def __init__(self, model: dict[str, nn.Module], twin: Twin | None, count_flops: bool) -> None:
+        #: each module of the run (the twin's) by its first path, as the model's (``model``)
+        self.modules: dict[str, nn.Module] = (
+            model if twin is None else {p: twin.twin(m) for p, m in model.items()}
+        )
+        self.paths: dict[int, str] = {id(m): p for p, m in self.modules.items()}
+        # (read on the model's modules: the twin's below a skipped block are left hollow)
         #: lazy modules by path, and their class before the run (they build as it runs)
-        self.lazy = {p: type(m) for p, m in self.modules.items() if is_lazy_module(m)}
+        self.lazy = {p: type(m) for p, m in model.items() if is_lazy_module(m)}
         #: lazy layers by path, and what they knew before the run (their arguments)
-        self.before = {p: s for p, m in self.modules.items() if (s := find_state(m)) is not None}
+        self.before = {p: s for p, m in model.items() if (s := find_state(m)) is not None}
+        self.handles: list[RemovableHandle] = []
         self.calls: dict[str, Call] = {}
         self.sizes: dict[nn.Module, dict[str, Any]] = {}
         self.inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]] = {}
@@ -138,17 +139,15 @@ class _Run:
         self.record = _Record(self.calls, self.counter, self.rehearsing)
         self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
 
-    def hook(self) -> list[RemovableHandle]:
-        """Attach the recording hooks to every module; their handles."""
-        handles = []
-        for module in self.modules.values():
-            handles.append(
+    def hook(self, modules: Iterable[nn.Module]) -> None:
+        """Attach the recording hooks to ``modules`` (handles: ``self.handles``)."""
+        for module in modules:
+            self.handles.append(
                 module.register_forward_pre_hook(self.pre, prepend=True, with_kwargs=True)
             )
-            handles.append(
+            self.handles.append(
                 module.register_forward_hook(self.post, with_kwargs=True, always_call=True)
             )
-        return handles
 
     @rehearsal_only
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
@@ -303,7 +302,14 @@ def rehearse(
     failed (the model's layers as keys).
     """
     with apart(), paused():  # (apart: inside a rehearsed forward, FLOPs not that forward's)
-        return _rehearse(model, args, kwargs, memoize, literal, training, count_flops, own, learned)
+        try:
+            return _rehearse(
+                model, args, kwargs, memoize, literal, training, count_flops, own, learned
+            )
+        except Stale:  # (another thread built some of the model while it ran: hollow.py)
+            return _rehearse(
+                model, args, kwargs, memoize, literal, training, count_flops, own, learned, False
+            )
 
 
 @contextlib.contextmanager
@@ -334,6 +340,7 @@ def _rehearse(
     count_flops: bool = False,
     own: bool = False,
     learned: dict[nn.Module, dict[str, Any]] | None = None,
+    defer: bool = True,
 ) -> Rehearsal:
     if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
         meta_args = map_tensors(meta_like, tuple(args))
@@ -343,14 +350,37 @@ def _rehearse(
         meta_kwargs = as_meta(dict(kwargs))
     # (read while no build changes it; its placeholders made as outside inference_mode)
     with BUILD_LOCK, torch.inference_mode(False):
-        twin = None if own else meta_twin(model, shapes_only=True)
+        mine = _first_paths(model)
+        ids = {id(m): p for p, m in mine.items()}
+        blocks = repeats(mine.values(), ids) if memoize else []
+        # the twins of blocks like an earlier one are made when touched: the memo skips them
+        seen: set[Hashable] = set()
+        later = [b for b, f in blocks if f in seen or seen.add(f)] if defer else []  # type: ignore[func-returns-value]
+        listed = list(mine.values())  # (as model.modules(): each once, first found first)
+        twin = None if own else meta_twin(model, True, later, listed)
     root = model if twin is None else twin.root
-    run = _Run(root, count_flops)
-    if training is not None:
-        for module in run.modules.values():
-            module.training = training
-    memo = Memo(root, run.paths, run.record) if memoize else None  # (before the run's hooks)
-    handles = run.hook()
+    run = _Run(mine, twin, count_flops)
+    memo = Memo(run.record) if memoize else None
+    waiting = {}  # (blocks below a hollow one: memoized once made)
+    for block, fingerprint in blocks:
+        runs = block if twin is None else twin.twin(block)
+        if memo is not None and not is_hollow(runs):
+            memo.install(runs, fingerprint, ids[id(block)])
+        else:
+            waiting[id(runs)] = (fingerprint, ids[id(block)])
+
+    def prepare(modules: list[nn.Module]) -> None:
+        """Ready the run's modules (later: those made on a touch): mode, memo, hooks."""
+        for module in modules:
+            if training is not None:
+                module.training = training
+            if memo is not None and id(module) in waiting:
+                memo.install(module, *waiting.pop(id(module)))
+        run.hook(modules)
+
+    prepare([m for m in run.modules.values() if not is_hollow(m)])
+    if twin is not None:
+        twin.deferred.listeners.append(prepare)
     here = context()
     outer, here.rehearsal = here.rehearsal, run.rehearsing
     drawn, others = RandomState(), OtherRandom()
@@ -379,16 +409,17 @@ def _rehearse(
         # Nothing of the run stays on the modules: on the caller's model (built in place),
         # nor on the twin, whose modules the run's hooks and memoized forwards would hold in
         # reference cycles (Twin.release: freed as they are dropped)
-        for handle in handles:
+        if twin is not None:
+            twin.deferred.listeners.clear()
+        for handle in run.handles:
             handle.remove()
         if memo is not None:
             memo.undo()
-    stand_in = _propagate(memo, run.modules, run.calls, run.sizes, run.inputs) if memo else {}
-    mine = dict(model.named_modules())
+    stand_in = memo.propagate(mine, run.modules, run.sizes, run.inputs) if memo else {}
     ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
     learnt = Rehearsal(
         calls=run.calls,
-        types={p: type(m).__name__ for p, m in ran.items()},
+        types={p: (twin.kind(m) if twin else type(m)).__name__ for p, m in ran.items()},
         tensors={p: _tensor_infos(ran[p], mine[p], twin) for p in run.modules},
         sizes={_theirs(m, twin): v for m, v in run.sizes.items()},
         inputs={_theirs(m, twin): v for m, v in run.inputs.items()},
@@ -399,6 +430,18 @@ def _rehearse(
     if twin is not None:  # (freed as it is dropped, not by a cycle collection)
         twin.release()
     return learnt
+
+
+def _first_paths(model: nn.Module) -> dict[str, nn.Module]:
+    """Each module of ``model`` by its first path (a module under two names: its first, as
+    the summary's rows), in one walk."""
+    seen: set[int] = set()
+    found: dict[str, nn.Module] = {}
+    for path, module in model.named_modules(remove_duplicate=False):
+        if id(module) not in seen:
+            seen.add(id(module))
+            found[path] = module
+    return found
 
 
 def warn_notes(notes: Iterable[str]) -> None:
@@ -412,32 +455,6 @@ def warn_notes(notes: Iterable[str]) -> None:
 def _theirs(module: nn.Module, twin: Twin | None) -> nn.Module:
     """The model's module that a module of the run stands for."""
     return module if twin is None else twin.original(module)
-
-
-def _propagate(
-    memo: Memo,
-    modules: dict[str, nn.Module],
-    calls: dict[str, Call],
-    sizes: dict[nn.Module, dict[str, Any]],
-    inputs: dict[nn.Module, tuple[tuple[Any, ...], dict[str, Any]]],
-) -> dict[str, str]:
-    """Give the lazy modules inside skipped blocks the sizes and inputs their twins learnt
-    (their calls were counted as each block was skipped: ``_Record.skipped``); returns, for each
-    module's path in a skipped block, the path of the module that really ran in its place."""
-    stand_in: dict[str, str] = {}
-    for path, twin in memo.aliases:  # call order: aliases inside a twin come first
-        for sub, _ in modules[path].named_modules():
-            if not sub:
-                continue
-            mine, theirs = f"{path}.{sub}" if path else sub, f"{twin}.{sub}" if twin else sub
-            source = stand_in.get(theirs, theirs)
-            if mine != theirs:  # (a block skipped against its own earlier call stands alone)
-                stand_in[mine] = source
-            if modules[theirs] in sizes:
-                sizes[modules[mine]] = sizes[modules[theirs]]
-            if modules[theirs] in inputs:
-                inputs[modules[mine]] = inputs[modules[theirs]]
-    return stand_in
 
 
 def _tensor_infos(ran: nn.Module, owner: nn.Module, twin: Twin | None) -> list[TensorInfo]:

@@ -20,6 +20,10 @@ the same class whose attribute dict is the original's, with
   copy, so that what the rehearsal changes (a lazy layer's build, a hook it adds, a list the
   forward appends to) stays in the twin.
 
+The modules below a block the memo will likely skip (``later``: a block like an earlier one,
+``memo.repeats``) are left hollow (``hollow.py``): made, the whole block's at once, when
+anything touches one (a forward peeking into the block, a call the memo cannot answer).
+
 Objects of other types are shared (a config, a tokenizer): a forward that keeps modules or
 tensors of the model in such an object reaches the real ones. What a rehearsal installed on
 its own twin (its recording hooks, the memoizing forwards of ``_memo``: :func:`rehearsal_only`)
@@ -50,10 +54,11 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from .._module.placeholder import relocate
-from .._module.state import LazyState
+from .._module.state import BUILD_LOCK, LazyState, builds
 from .._module.tensors import is_placeholder
+from .hollow import Stale, hand_over, hollow, is_hollow, to_class
 
-__all__ = ["Twin", "meta_twin", "meta_version", "rehearsal_only"]
+__all__ = ["Twin", "is_rehearsals", "meta_twin", "meta_version", "rehearsal_only"]
 
 
 #: the attribute of a hook or forward that a rehearsal installs on its twin (``rehearsal_only``)
@@ -71,7 +76,8 @@ def rehearsal_only(fn: F) -> F:
     return fn
 
 
-def _is_rehearsals(value: Any) -> bool:
+def is_rehearsals(value: Any) -> bool:
+    """True for a hook or forward a rehearsal installed (:func:`rehearsal_only`)."""
     return getattr(value, _ONLY, False) is True
 
 
@@ -105,8 +111,19 @@ class Twin:
     #: id(twin tensor) -> the model's tensor (a placeholder built in the twin is the same
     #: object after its build: fills are in place)
     tensors: dict[int, torch.Tensor]
-    #: the modules the twin made, in the model's order
+    #: the modules the twin made, in the model's order (then those made on a touch)
     made: list[nn.Module]
+    #: the blocks whose modules below wait for a touch (``hollow.py``)
+    deferred: _Deferred
+
+    def twin(self, module: nn.Module) -> nn.Module:
+        """The twin of the model's ``module``."""
+        found: nn.Module = self.deferred.remap.twins[id(module)]
+        return found
+
+    def kind(self, module: nn.Module) -> type:
+        """The class of ``module`` of the twin (a hollow one's: its original's)."""
+        return type(self.modules[id(module)]) if is_hollow(module) else type(module)
 
     def original(self, module: nn.Module) -> nn.Module:
         """The model's module that ``module`` (of the twin) stands for."""
@@ -118,7 +135,9 @@ class Twin:
         module, a reference cycle: a twin left so is freed only by the cycle collector, in a
         collection that walks everything made since the last one (for a ResNet-50, as long as
         its rehearsal). Released, it is freed as it is dropped; a module the forward or a
-        user's hook kept stays a working meta module."""
+        user's hook kept stays a working meta module. Modules left hollow stay so (a touch
+        are made apart when touched (a block kept by a hook, touched after the run)."""
+        self.deferred.release()
         for module in self.made:
             bound = getattr(module.__dict__.get("forward"), "__func__", None)
             if bound is _batch_norm_shapes:
@@ -216,37 +235,148 @@ class _Remap:
         return new
 
 
-def meta_twin(model: nn.Module, shapes_only: bool = False) -> Twin:
+def meta_twin(
+    model: nn.Module,
+    shapes_only: bool = False,
+    later: Iterable[nn.Module] = (),
+    modules: list[nn.Module] | None = None,
+) -> Twin:
     """A twin of ``model``'s module tree holding meta tensors (see the module doc). The model
     is only read. ``shapes_only``: for a run under ``no_grad``, the twin's BatchNorms check
     their input and return its shape without running their kernel (see
-    :func:`_batch_norm_shapes`)."""
-    modules = list(model.modules())
+    :func:`_batch_norm_shapes`). ``later``: blocks of the model whose twins the run will
+    likely not enter (the memo's repeats): the modules below them are made on their first
+    touch (``hollow.py``), each block's at once. ``modules``: ``list(model.modules())``, if
+    the caller has it."""
+    modules = list(model.modules()) if modules is None else modules
     remap = _Remap(modules)
     twins = remap.twins
-    handles = []
+    deferred = _Deferred(remap, shapes_only)
+    inside: set[int] = set()
+    for block in later:
+        if id(block) in inside:  # (below a block already left hollow)
+            continue
+        below = [m for m in block.modules() if m is not block]
+        left: list[nn.Module] = []
+        for module in below:
+            if not hollow(twins[id(module)], deferred, id(block)):
+                for twin in left:  # (a class with __slots__: the block is made now)
+                    to_class(twin, type(remap.modules[id(twin)]))
+                break
+            left.append(twins[id(module)])
+        else:
+            deferred.blocks[id(block)] = below
+            inside.update(id(m) for m in below)
+    handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
     for module in modules:
-        attrs = twins[id(module)].__dict__
-        for key, value in module.__dict__.items():
-            kind = type(value)
-            if kind in _PLAIN:  # (a flag, a size, a name: as _Remap keeps them)
-                attrs[key] = value
-            elif kind in _CONTAINERS and not value:  # (most hook dicts): a new empty one
-                attrs[key] = twins[id(value)] = kind()
-            elif isinstance(value, RemovableHandle):
-                handles.append((attrs, key, value))  # once every dict has its twin
-            elif not (key == "forward" and _is_rehearsals(value)):
-                attrs[key] = remap(value)
-        for key in _HOOKS:  # (a running rehearsal's recording hooks: not this twin's)
-            hooks = attrs.get(key)
-            for ident in [i for i, h in hooks.items() if _is_rehearsals(h)] if hooks else []:
-                del hooks[ident]
+        if id(module) not in inside:
+            _fill(remap, module, twins[id(module)].__dict__, handles)
     for attrs, key, value in handles:
         attrs[key] = remap.handle(value)
-    made = [remap.twins[id(m)] for m in modules]
+    deferred.made = [twins[id(m)] for m in modules if id(m) not in inside]
     if shapes_only:
-        _shapes_only(made)
-    return Twin(remap.twins[id(model)], remap.modules, remap.tensors, made)
+        _shapes_only(deferred.made)
+    return Twin(twins[id(model)], remap.modules, remap.tensors, deferred.made, deferred)
+
+
+def _fill(
+    remap: _Remap,
+    module: nn.Module,
+    attrs: dict[str, Any],
+    handles: list[tuple[dict[str, Any], str, RemovableHandle]],
+) -> None:
+    """Fill ``attrs``, the dict of ``module``'s twin (its handles: into ``handles``, remapped
+    once every dict of the modules made with it has its twin)."""
+    twins = remap.twins
+    for key, value in module.__dict__.items():
+        kind = type(value)
+        if kind in _PLAIN:  # (a flag, a size, a name: as _Remap keeps them)
+            attrs[key] = value
+        elif kind in _CONTAINERS and not value:  # (most hook dicts): a new empty one
+            attrs[key] = twins[id(value)] = kind()
+        elif isinstance(value, RemovableHandle):
+            handles.append((attrs, key, value))
+        elif not (key == "forward" and is_rehearsals(value)):
+            attrs[key] = remap(value)
+    for key in _HOOKS:  # (a running rehearsal's recording hooks: not this twin's)
+        hooks: dict[int, Any] | None = attrs.get(key)
+        for ident in [i for i, h in hooks.items() if is_rehearsals(h)] if hooks else []:
+            del hooks[ident]  # type: ignore[union-attr]
+
+
+class _Deferred:
+    """The blocks whose modules below are hollow, and how to make them (``hollow.Maker``)."""
+
+    def __init__(self, remap: _Remap, shapes_only: bool) -> None:
+        self.remap, self.shapes_only = remap, shapes_only
+        #: the model's builds so far (``state.builds``): a block is made as the model was
+        self.builds = builds()
+        #: id(the model's block) -> the model's modules below it, left hollow in the twin
+        self.blocks: dict[int, list[nn.Module]] = {}
+        #: the twin's modules made so far (Twin.made)
+        self.made: list[nn.Module] = []
+        #: called with the modules of each block made later (the rehearsal hooks them)
+        self.listeners: list[Callable[[list[nn.Module]], None]] = []
+
+    def make(self, key: int) -> None:
+        with BUILD_LOCK:  # (read while no build changes it, as the rest of the twin was)
+            if builds() != self.builds:
+                raise Stale
+            below = self.blocks.pop(key, None)
+            if below is None:
+                return
+            handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
+            made = [self.remap.twins[id(m)] for m in below]
+            for module, twin in zip(below, made, strict=True):
+                _fill(self.remap, module, to_class(twin, type(module)), handles)
+        for attrs, name, value in handles:
+            attrs[name] = self.remap.handle(value)
+        if self.shapes_only:
+            _shapes_only(made)
+        self.made.extend(made)
+        for listener in list(self.listeners):
+            listener(made)
+
+    def release(self) -> None:
+        """The run is over: each block still hollow is made apart, if ever touched (its
+        hollow modules would otherwise hold this maker, and it them, in reference cycles)."""
+        self.listeners.clear()
+        twins = self.remap.twins
+        for below in self.blocks.values():
+            apart = _Apart(below, [twins[id(m)] for m in below])
+            for module in below:
+                hand_over(twins[id(module)], apart)
+        self.blocks.clear()
+
+
+class _Apart:
+    """Makes a skipped block's hollow modules touched after the run (a block a hook kept):
+    a twin of their own, whose tensors tied outside the block are tied no more (the run is
+    over). It holds the hollow modules weakly, they hold it: no reference cycle."""
+
+    def __init__(self, below: list[nn.Module], hollows: list[nn.Module]) -> None:
+        self.below: list[nn.Module] | None = below
+        self.refs = [weakref.ref(m) for m in hollows]
+
+    def make(self, key: int) -> None:
+        below, self.below = self.below, None
+        if below is None:
+            return
+        remap = _Remap(())
+        made = []
+        for module, ref in zip(below, self.refs, strict=True):
+            twin = ref()
+            if twin is None:  # (let go of: made new, for a hollow one that holds it)
+                twin = type(module).__new__(type(module))
+            remap.twins[id(module)] = twin
+            remap.modules[id(twin)] = module
+            made.append(twin)
+        handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
+        for module, twin in zip(below, made, strict=True):
+            attrs = to_class(twin, type(module)) if is_hollow(twin) else twin.__dict__
+            _fill(remap, module, attrs, handles)
+        for attrs, name, value in handles:
+            attrs[name] = remap.handle(value)
 
 
 def _batch_norm_shapes(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
