@@ -143,56 +143,73 @@ class _Fingerprints:
         # (a running rehearsal's own hooks and forwards, where the model is another
         # rehearsal's twin, are not the model's: its twin has none)
         if (
-            any(not is_rehearsals(h) for h in module._forward_hooks.values())
-            or module._backward_hooks
+            module._backward_hooks
             or module._backward_pre_hooks
+            or any(not is_rehearsals(h) for h in module._forward_hooks.values())
             or any(
                 h is not pre_hook and not is_rehearsals(h)
                 for h in module._forward_pre_hooks.values()
             )
         ):
             return None  # a user's hook would not run for a skipped twin
-        state = module.__dict__.get(STATE_KEY)
+        attrs = []
+        declared = None
         try:
-            attrs = tuple(
-                (k, _value_key(v))
-                for k, v in module.__dict__.items()
-                if k not in MODULE_KEYS and k not in ("_initialize_hook", "forward", STATE_KEY)
-            )
+            for k, v in module.__dict__.items():
+                if k in _OWN_KEYS:
+                    continue
+                kind = type(v)
+                attrs.append((k, (kind, v) if kind in _PLAIN else _value_key(v)))
             # a forward set on the instance (``block.forward = MethodType(f, block)``): blocks
             # run alike only with the same function
             own = module.__dict__.get("forward")
             if own is not None and not is_rehearsals(own):
-                attrs += (("forward", ("callable", id(getattr(own, "__func__", own)))),)
+                attrs.append(("forward", ("callable", id(getattr(own, "__func__", own)))))
             # a lazy layer's constructor arguments (its other state is its own: placeholders,
             # construction number)
-            declared = _value_key(state.kwargs) if isinstance(state, LazyState) else None
+            state = module.__dict__.get(STATE_KEY)
+            if isinstance(state, LazyState):
+                declared = _value_key(state.kwargs)
         except _Unhashable:
             return None
         # (a placeholder's dtype and requires_grad read as a tensor's: not through its
         # __torch_function__; torch._C.DisableTorchFunctionSubclass, as _module.tensors.raw)
-        with torch._C.DisableTorchFunctionSubclass():
-            tensors = tuple(
-                (
-                    name,
-                    None
-                    if t is None
-                    else ("lazy", t.dtype, t.requires_grad)
-                    if is_placeholder(t)
-                    else (tuple(t.shape), t.dtype, t.requires_grad),
-                )
-                for name, t in (*module._parameters.items(), *module._buffers.items())
-            )
+        tensors: list[tuple[str, Any]] = []
+        stores = (module._parameters, module._buffers)
+        if any(stores):
+            with torch._C.DisableTorchFunctionSubclass():
+                for store in stores:
+                    for name, t in store.items():
+                        if t is None:
+                            tensors.append((name, None))
+                        elif is_placeholder(t):
+                            tensors.append((name, ("lazy", t.dtype, t.requires_grad)))
+                        else:
+                            tensors.append((name, (tuple(t.shape), t.dtype, t.requires_grad)))
         children = []
         here = self.paths.get(id(module), "?")
+        prefix = f"{here}." if here else ""
         for name, child in module._modules.items():
-            if child is not None and self.paths.get(id(child)) != f"{here}.{name}".lstrip("."):
+            if child is not None and self.paths.get(id(child)) != prefix + name:
                 return None  # a module shared with another place: each call must be seen
             sub = self(child) if child is not None else ("none",)
             if sub is None:
                 return None
             children.append((name, sub))
-        return (type(module), module.training, attrs, declared, tensors, tuple(children))
+        return (
+            type(module),
+            module.training,
+            tuple(attrs),
+            declared,
+            tuple(tensors),
+            tuple(children),
+        )
+
+
+#: a module's keys the fingerprint leaves out (torch.nn's own, lazynn's state, the forward)
+_OWN_KEYS = MODULE_KEYS | {"_initialize_hook", "forward", STATE_KEY}
+#: attribute types keyed as they are
+_PLAIN = frozenset({bool, int, float, str, bytes, type(None), torch.dtype})
 
 
 class Memo:
