@@ -510,7 +510,8 @@ def test_the_flop_counters_dispatch_mode_can_run_unwrapped() -> None:
         assert counter.get_total_flops() == sum(counts[-1]["Global"].values())
     assert isinstance(FlopCounterMode(display=False).mod_tracker, ModuleTracker)
     assert isinstance(FlopCounterMode(display=False).mod_tracker.parents, set)
-    assert counts[0]["Global"] and counts[1] == {"Global": counts[0]["Global"]}
+    assert counts[0]["Global"]
+    assert counts[1] == {"Global": counts[0]["Global"]}
     assert hooked[0] > hooked[1]  # (torch's tracker hooks every module call; lazynn's none)
 
 

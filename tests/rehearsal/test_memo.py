@@ -6,7 +6,9 @@ module's call shapes, every lazy layer's sizes, every tensor), only faster.
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
+import functools
 import sys
 import threading
 from typing import Any
@@ -133,9 +135,10 @@ class _Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.inner = _Inner()
+        self.extra = nn.Sequential(nn.Identity())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x)  # type: ignore[no-any-return]
+        return self.extra(self.inner(x))  # type: ignore[no-any-return]
 
 
 class _Log:
@@ -185,6 +188,12 @@ TOUCHES = {
     "call": lambda b: tuple(b.inner.norm(torch.empty(2, 8)).shape),
     "deepcopy": lambda b: repr(copy.deepcopy(b.inner.norm)),
     "modules": lambda b: [type(m).__name__ for m in b.modules()],
+    "operators": lambda b: (
+        len(b.extra + nn.Sequential(nn.ReLU())),
+        len(nn.Sequential(nn.ReLU()) + b.extra),
+        str(b.extra) == repr(b.extra),
+        f"{b.inner}".startswith("_Inner("),
+    ),
 }
 
 
@@ -302,3 +311,138 @@ def test_a_skipped_block_touched_after_another_thread_built_the_model_is_not_mix
     assert report  # (the summary succeeded)
     assert gate.classes[-1] == ("Linear", "Linear")  # (its last run: one model, built)
     assert all(a == b for a, b in gate.classes)
+
+
+def test_blocks_reaching_one_module_through_a_shared_function_each_run() -> None:
+    """Blocks alike but for a function they share that calls one module of the model (a
+    router, a gate): each call reaches that module, so none is skipped (in the twin each block
+    has its own copy of such a function, as the memo once saw them)."""
+
+    class Router(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.experts = nn.ModuleList(lazynn.LazyLinear(8) for _ in range(3))
+            self.k = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.k += 1
+            return self.experts[(self.k - 1) % 3](x)  # type: ignore[no-any-return]
+
+    class Block(nn.Module):
+        def __init__(self, route: Any) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.route = route
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.route(self.fc(x))  # type: ignore[no-any-return]
+
+    class Net(nn.Module):
+        def __init__(self, how: str) -> None:
+            super().__init__()
+            self.router = router = Router()
+
+            def route(x: torch.Tensor) -> torch.Tensor:
+                return router(x)  # type: ignore[no-any-return]
+
+            shared = {
+                "closure": route,
+                "method": router.__call__,
+                "partial": functools.partial(router),
+            }
+            self.blocks = nn.ModuleList(Block(shared[how]) for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    for how in ("closure", "method", "partial"):
+        report = lazynn.summary(Net(how), (2, 8))
+        calls = {r.path: r.calls for r in report.rows if r.path.startswith("router")}
+        assert calls == {
+            "router": 3,
+            "router.experts": 0,
+            **{f"router.experts.{i}": 1 for i in range(3)},
+        }, how
+        built = lazynn.build(Net(how), (2, 8))
+        assert [e.in_features for e in built.router.experts] == [8, 8, 8]
+
+
+def test_a_build_whose_forward_runs_blocks_on_other_threads_finishes() -> None:
+    """A forward that runs blocks on worker threads, in a build (whose thread holds the build
+    lock throughout): a worker that makes a skipped block's twin does not wait for that lock."""
+
+    class Branch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Sequential(nn.Linear(8, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.branches = nn.ModuleList(Branch() for _ in range(3))
+            self.head = lazynn.LazyLinear(2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            outs = [pool.submit(b, x[: i + 1]).result(30) for i, b in enumerate(self.branches)]
+            return self.head(torch.cat(outs))  # type: ignore[no-any-return]
+
+    try:
+        done: list[nn.Module] = []
+        thread = threading.Thread(target=lambda: done.append(lazynn.build(Net(), (3, 8))))
+        thread.start()
+        thread.join(60)
+        assert done, "the build did not finish"
+        assert done[0].head.in_features == 8
+    finally:
+        pool.shutdown(wait=False)
+
+
+def test_a_build_of_another_model_meanwhile_does_not_rehearse_again() -> None:
+    """Only a change to the block being made (checked by its fingerprint) reruns the
+    rehearsal: another model built meanwhile (even in the forward) does not, so the forward
+    runs once."""
+    runs: list[int] = []
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(
+                nn.Sequential(lazynn.LazyLinear(8), nn.ReLU()) for _ in range(3)
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            runs.append(1)
+            thread = threading.Thread(  # (another model, built by a first call)
+                target=lambda: nn.Sequential(lazynn.LazyLinear(2))(torch.randn(1, 2))
+            )
+            thread.start()
+            thread.join(30)
+            for block in self.blocks:
+                x = block(x)
+            _ = self.blocks[2][1].inplace  # (a skipped block, made now)
+            return x
+
+    lazynn.summary(Net(), (2, 8))
+    assert len(runs) == 1
+
+
+def test_the_build_lock_says_whether_this_thread_holds_it() -> None:
+    """``threading.RLock._is_owned`` (private to Python's threading; the rehearsal asks it
+    whether its thread holds the build lock for the whole run)."""
+    from lazynn._module.state import BUILD_LOCK
+
+    seen: list[bool] = []
+    assert not BUILD_LOCK._is_owned()  # type: ignore[attr-defined]
+    with BUILD_LOCK:
+        assert BUILD_LOCK._is_owned()  # type: ignore[attr-defined]
+        thread = threading.Thread(target=lambda: seen.append(BUILD_LOCK._is_owned()))  # type: ignore[attr-defined]
+        thread.start()
+        thread.join(30)
+    assert seen == [False]

@@ -31,7 +31,7 @@ from torch.overrides import _get_current_function_mode, _pop_mode, _push_mode
 
 from .._errors import UnbuiltError, message, module_path
 from .callers import untraced
-from .state import STATE_KEY, context, count_build
+from .state import STATE_KEY, context
 from .tensors import is_placeholder
 
 __all__ = [
@@ -149,8 +149,6 @@ def attach(module: nn.Module) -> None:
 
 def finish(module: nn.Module) -> None:
     """Detach the lazy machinery: after this the module is plain torch.nn, no overhead."""
-    if context().rehearsal is None:  # (a model's module, not a rehearsal's twin's)
-        count_build()
     handle = module.__dict__.pop("_initialize_hook", None)
     if handle is not None:
         handle.remove()

@@ -38,10 +38,8 @@ __all__ = [
     "Entry",
     "LazyState",
     "Rehearsing",
-    "builds",
     "constructed",
     "context",
-    "count_build",
     "find_state",
     "lazy_state",
     "next_order",
@@ -52,20 +50,6 @@ __all__ = [
 #: contention is negligible; one re-entrant lock cannot deadlock when a lazy module builds
 #: lazy children.
 BUILD_LOCK = threading.RLock()
-#: how many lazy modules have been built outside rehearsals (``lifecycle.finish``, under
-#: BUILD_LOCK): a rehearsal whose twin is made in parts (``_rehearsal/hollow.py``) knows the
-#: model did not change between them
-_BUILT = [0]
-
-
-def builds() -> int:
-    """How many lazy modules have been built outside rehearsals, so far."""
-    return _BUILT[0]
-
-
-def count_build() -> None:
-    """One more lazy module built outside a rehearsal (``lifecycle.finish``)."""
-    _BUILT[0] += 1
 
 
 #: The attribute of an unbuilt lazy layer that holds its :class:`LazyState`.

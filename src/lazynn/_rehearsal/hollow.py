@@ -31,6 +31,8 @@ True
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 __all__ = ["Maker", "Stale", "hand_over", "hollow", "is_hollow", "to_class"]
@@ -111,6 +113,50 @@ class _Hollow:
 
     def __delitem__(self, key: Any) -> None:
         del _make(self)[key]
+
+    def __format__(self, spec: str) -> str:
+        return format(_make(self), spec)
+
+    def __enter__(self) -> Any:
+        module = _make(self)
+        return type(module).__enter__(module)
+
+    def __exit__(self, *args: Any) -> Any:
+        module = _make(self)
+        return type(module).__exit__(module, *args)
+
+
+def _unary(fn: Callable[[Any], Any]) -> Any:
+    return lambda self: fn(_make(self))
+
+
+def _binary(fn: Callable[[Any, Any], Any], reflected: bool = False) -> Any:
+    if reflected:
+        return lambda self, other: fn(other, _make(self))
+    return lambda self, other: fn(_make(self), other)
+
+
+# Operators Python looks up on the type, not the instance (``Sequential + Sequential``,
+# ``with module:``): made, then the operator again, on the module. (Not ``__eq__`` and
+# ``__hash__``: a module's are identity's, and a hollow one is a key in the rehearsal's dicts
+# before it is made.)
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {"add": operator.add, "sub": operator.sub}
+_BINARY.update(mul=operator.mul)
+_BINARY.update(matmul=operator.matmul, truediv=operator.truediv, floordiv=operator.floordiv)
+_BINARY.update(mod=operator.mod, pow=operator.pow, and_=operator.and_, or_=operator.or_)
+_BINARY.update(xor=operator.xor)
+for _name, _fn in _BINARY.items():
+    _name = _name.rstrip("_")
+    setattr(_Hollow, f"__{_name}__", _binary(_fn))
+    setattr(_Hollow, f"__r{_name}__", _binary(_fn, reflected=True))
+    setattr(_Hollow, f"__i{_name}__", _binary(getattr(operator, f"i{_name}")))
+for _fn in (operator.lt, operator.le, operator.gt, operator.ge):
+    setattr(_Hollow, f"__{_fn.__name__}__", _binary(_fn))
+_UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "pos": operator.pos}
+_UNARY.update(abs=abs, invert=operator.invert, int=int, float=float, index=operator.index)
+_UNARY.update(str=str)
+for _name, _unary_fn in _UNARY.items():
+    setattr(_Hollow, f"__{_name}__", _unary(_unary_fn))
 
 
 def hollow(module: Any, maker: Maker, key: int) -> bool:

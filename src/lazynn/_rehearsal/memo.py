@@ -15,6 +15,7 @@ values only, returning tensors (in tuples, lists, dicts) only. Anything else run
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ from .._module.state import STATE_KEY, LazyState
 from .._module.tensors import is_placeholder, map_tensors
 from .twin import is_rehearsals, rehearsal_only
 
-__all__ = ["Below", "Memo", "Recorder", "repeats"]
+__all__ = ["Below", "Memo", "Recorder", "fingerprint", "repeats"]
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
@@ -71,8 +72,29 @@ def _value_key(value: Any) -> Hashable:
     if isinstance(value, torch.Tensor):
         return ("tensor", id(value))  # a plain tensor attribute: only itself is identical
     if callable(value) and not isinstance(value, nn.Module):
+        if _holds_the_model(value):  # (each block's twin has its own copy: not alike)
+            raise _Unhashable
         return ("callable", id(value))
     raise _Unhashable
+
+
+def _holds_the_model(fn: Any) -> bool:
+    """Whether ``fn`` holds a module or tensor, as the twin remaps them (``twin._Remap``): a
+    method bound to one, a closure or ``functools.partial`` holding one. Blocks sharing such
+    a function reach one module through it (a router, a gate): each call must be seen."""
+    if isinstance(fn, types.MethodType):
+        return isinstance(fn.__self__, (nn.Module, torch.Tensor))
+    if isinstance(fn, functools.partial):
+        held = (fn.func, *fn.args, *fn.keywords.values())
+        return any(isinstance(v, (nn.Module, torch.Tensor)) or _holds_the_model(v) for v in held)
+    cells = getattr(fn, "__closure__", None) or ()
+    for cell in cells:
+        try:
+            if isinstance(cell.cell_contents, (nn.Module, torch.Tensor)):
+                return True
+        except ValueError:  # (an empty cell)
+            continue
+    return False
 
 
 def _signature(value: Any) -> Hashable:
@@ -124,6 +146,11 @@ def repeats(
             if fingerprint is not None:
                 found.append((block, fingerprint))
     return found
+
+
+def fingerprint(module: nn.Module, paths: dict[int, str]) -> Hashable | None:
+    """``module``'s fingerprint as :func:`repeats` computes it, now (``paths``: as there)."""
+    return _Fingerprints(paths)(module)
 
 
 class _Fingerprints:

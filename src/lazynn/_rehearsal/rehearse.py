@@ -56,7 +56,7 @@ from .counter import FlopCounter
 from .failures import failure_of
 from .hollow import Stale, is_hollow
 from .learnt import Call, Rehearsal, TensorInfo
-from .memo import Below, Memo, repeats
+from .memo import Below, Memo, fingerprint, repeats
 from .meta_device import MetaDevice
 from .spec import as_meta
 from .twin import Twin, meta_twin, rehearsal_only
@@ -348,6 +348,10 @@ def _rehearse(
     else:
         meta_args = as_meta(tuple(args))
         meta_kwargs = as_meta(dict(kwargs))
+    # (a block made later is checked unchanged, unless this thread holds the build lock all
+    # along: a build's rehearsal, where no other thread can build the model. RLock._is_owned:
+    # private to threading, the one way to ask; guarded by a test in tests/rehearsal/test_memo)
+    owned = BUILD_LOCK._is_owned()  # type: ignore[attr-defined]
     # (read while no build changes it; its placeholders made as outside inference_mode)
     with BUILD_LOCK, torch.inference_mode(False):
         mine = _first_paths(model)
@@ -357,17 +361,24 @@ def _rehearse(
         seen: set[Hashable] = set()
         later = [b for b, f in blocks if f in seen or seen.add(f)] if defer else []  # type: ignore[func-returns-value]
         listed = list(mine.values())  # (as model.modules(): each once, first found first)
-        twin = None if own else meta_twin(model, True, later, listed)
+        prints = dict(blocks)
+        twin = (
+            None
+            if own
+            else meta_twin(
+                model, True, later, listed, owned, lambda b: fingerprint(b, ids) == prints[b]
+            )
+        )
     root = model if twin is None else twin.root
     run = _Run(mine, twin, count_flops)
     memo = Memo(run.record) if memoize else None
     waiting = {}  # (blocks below a hollow one: memoized once made)
-    for block, fingerprint in blocks:
+    for block, print_ in blocks:
         runs = block if twin is None else twin.twin(block)
         if memo is not None and not is_hollow(runs):
-            memo.install(runs, fingerprint, ids[id(block)])
+            memo.install(runs, print_, ids[id(block)])
         else:
-            waiting[id(runs)] = (fingerprint, ids[id(block)])
+            waiting[id(runs)] = (print_, ids[id(block)])
 
     def prepare(modules: list[nn.Module]) -> None:
         """Ready the run's modules (later: those made on a touch): mode, memo, hooks."""

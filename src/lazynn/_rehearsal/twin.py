@@ -41,6 +41,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 import weakref
@@ -54,7 +55,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from .._module.placeholder import relocate
-from .._module.state import BUILD_LOCK, LazyState, builds
+from .._module.state import BUILD_LOCK, LazyState
 from .._module.tensors import is_placeholder
 from .hollow import Stale, hand_over, hollow, is_hollow, to_class
 
@@ -240,6 +241,8 @@ def meta_twin(
     shapes_only: bool = False,
     later: Iterable[nn.Module] = (),
     modules: list[nn.Module] | None = None,
+    owned: bool = True,
+    unchanged: Callable[[nn.Module], bool] = lambda block: True,
 ) -> Twin:
     """A twin of ``model``'s module tree holding meta tensors (see the module doc). The model
     is only read. ``shapes_only``: for a run under ``no_grad``, the twin's BatchNorms check
@@ -247,11 +250,13 @@ def meta_twin(
     :func:`_batch_norm_shapes`). ``later``: blocks of the model whose twins the run will
     likely not enter (the memo's repeats): the modules below them are made on their first
     touch (``hollow.py``), each block's at once. ``modules``: ``list(model.modules())``, if
-    the caller has it."""
+    the caller has it. ``owned``: the caller holds the build lock until the twin is dropped
+    (``build``); if not, a block is made only if ``unchanged(block)`` says it is as it was
+    (another thread may have built it since), else the touch raises ``hollow.Stale``."""
     modules = list(model.modules()) if modules is None else modules
     remap = _Remap(modules)
     twins = remap.twins
-    deferred = _Deferred(remap, shapes_only)
+    deferred = _Deferred(remap, shapes_only, owned, unchanged)
     inside: set[int] = set()
     for block in later:
         if id(block) in inside:  # (below a block already left hollow)
@@ -265,7 +270,7 @@ def meta_twin(
                 break
             left.append(twins[id(module)])
         else:
-            deferred.blocks[id(block)] = below
+            deferred.blocks[id(block)] = (block, below)
             inside.update(id(m) for m in below)
     handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
     for module in modules:
@@ -307,24 +312,37 @@ def _fill(
 class _Deferred:
     """The blocks whose modules below are hollow, and how to make them (``hollow.Maker``)."""
 
-    def __init__(self, remap: _Remap, shapes_only: bool) -> None:
+    def __init__(
+        self,
+        remap: _Remap,
+        shapes_only: bool,
+        owned: bool = True,
+        unchanged: Callable[[nn.Module], bool] = lambda block: True,
+    ) -> None:
         self.remap, self.shapes_only = remap, shapes_only
-        #: the model's builds so far (``state.builds``): a block is made as the model was
-        self.builds = builds()
-        #: id(the model's block) -> the model's modules below it, left hollow in the twin
-        self.blocks: dict[int, list[nn.Module]] = {}
+        #: whether the rehearsal's thread holds the build lock until the run ends
+        self.owned = owned
+        #: whether a block of the model is as it was when the twin was made
+        self.unchanged = unchanged
+        #: id(the model's block) -> (it, the model's modules below it, left hollow in the twin)
+        self.blocks: dict[int, tuple[nn.Module, list[nn.Module]]] = {}
         #: the twin's modules made so far (Twin.made)
         self.made: list[nn.Module] = []
         #: called with the modules of each block made later (the rehearsal hooks them)
         self.listeners: list[Callable[[list[nn.Module]], None]] = []
 
     def make(self, key: int) -> None:
-        with BUILD_LOCK:  # (read while no build changes it, as the rest of the twin was)
-            if builds() != self.builds:
-                raise Stale
-            below = self.blocks.pop(key, None)
-            if below is None:
+        # Read while no build changes the model, as the rest of the twin was: the rehearsal's
+        # thread holds the build lock all along (build), or the block is checked unchanged
+        # under it (summary). (Not taken then: a forward may run blocks on other threads.)
+        with contextlib.nullcontext() if self.owned else BUILD_LOCK:
+            found = self.blocks.get(key)
+            if found is None:
                 return
+            block, below = found
+            if not self.owned and not self.unchanged(block):
+                raise Stale
+            del self.blocks[key]
             handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
             made = [self.remap.twins[id(m)] for m in below]
             for module, twin in zip(below, made, strict=True):
@@ -342,7 +360,7 @@ class _Deferred:
         hollow modules would otherwise hold this maker, and it them, in reference cycles)."""
         self.listeners.clear()
         twins = self.remap.twins
-        for below in self.blocks.values():
+        for _, below in self.blocks.values():
             apart = _Apart(below, [twins[id(m)] for m in below])
             for module in below:
                 hand_over(twins[id(module)], apart)
