@@ -5,14 +5,17 @@ result for the others, which the forward calls but never enters. Making their tw
 tensor for each parameter, a copy of each dict, for each of their modules) was a third of a
 LLaMA-70B summary. So the twin (``twin.py``) leaves the modules below such a block hollow: an
 object with a module's layout and nothing in it, whose first touch of any kind (an attribute
-read or write, a call, ``repr``, ``len``, ``iter``, a copy) makes every module below the
-block as the twin would have, turns each into its own class, and answers. ``m.__class__``
-(and so ``isinstance``) is its class's without a making. Only ``type(m)`` and ``id(m)`` see
-a hollow module as it is, and lazynn asks :func:`is_hollow` before them. A block is made as
-the model was when the rest of the twin was made: if another thread built some of the model
-since, the touch raises :class:`Stale` and the rehearsal runs again on a twin made at once. A
-hollow module the forward or a hook kept is made, from the model as it is then, when
-touched after its rehearsal too (``twin.py``'s ``_Apart``).
+read or write, a call, ``repr``, ``len``, ``iter``, an operator, a copy) makes every module
+below the block as the twin would have, turns each into its own class, and answers.
+``m.__class__`` (and so ``isinstance``) is its class's without a making. Only ``type(m)`` and
+``id(m)`` see a hollow module as it is: lazynn asks :func:`is_hollow` before them, and a
+forward that branches on ``type()`` of a module below a later block, before anything else
+touches it, sees the stand-in (a known limit: docs/design.md). A block is made as the model
+was when the rest of the twin was made: where another thread may have built some of it since
+(``twin.py`` checks the block's fingerprint), the touch raises :class:`Stale` and the
+rehearsal runs again on a twin made whole. A hollow module the forward or a hook kept is made,
+from the model as it is then, when touched after its rehearsal too (``twin.py``'s
+``_Apart``).
 
 >>> from torch import nn
 >>> class Maker:
