@@ -29,7 +29,7 @@ from .._module.state import STATE_KEY, LazyState
 from .._module.tensors import is_placeholder, map_tensors
 from .twin import is_rehearsals, rehearsal_only
 
-__all__ = ["Below", "Memo", "Recorder", "fingerprint", "repeats"]
+__all__ = ["Below", "Memo", "Recorder", "fingerprint", "repeats", "skipped"]
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
@@ -151,6 +151,18 @@ def repeats(
 def fingerprint(module: nn.Module, paths: dict[int, str]) -> Hashable | None:
     """``module``'s fingerprint as :func:`repeats` computes it, now (``paths``: as there)."""
     return _Fingerprints(paths)(module)
+
+
+def skipped(blocks: list[tuple[nn.Module, Hashable]]) -> list[nn.Module]:
+    """Of :func:`repeats`' blocks, those an earlier block is like: the memo will likely skip
+    them (run with inputs of the shapes the earlier one had)."""
+    seen: set[Hashable] = set()
+    found = []
+    for block, print_ in blocks:
+        if print_ in seen:
+            found.append(block)
+        seen.add(print_)
+    return found
 
 
 class _Fingerprints:

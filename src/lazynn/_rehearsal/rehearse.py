@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -56,7 +56,7 @@ from .counter import FlopCounter
 from .failures import failure_of
 from .hollow import Stale, is_hollow
 from .learnt import Call, Rehearsal, TensorInfo
-from .memo import Below, Memo, fingerprint, repeats
+from .memo import Below, Memo, fingerprint, repeats, skipped
 from .meta_device import MetaDevice
 from .spec import as_meta
 from .twin import Twin, meta_twin, rehearsal_only
@@ -358,8 +358,7 @@ def _rehearse(
         ids = {id(m): p for p, m in mine.items()}
         blocks = repeats(mine.values(), ids) if memoize else []
         # the twins of blocks like an earlier one are made when touched: the memo skips them
-        seen: set[Hashable] = set()
-        later = [b for b, f in blocks if f in seen or seen.add(f)] if defer else []  # type: ignore[func-returns-value]
+        later = skipped(blocks) if defer else []
         listed = list(mine.values())  # (as model.modules(): each once, first found first)
         prints = dict(blocks)
         twin = (

@@ -112,10 +112,13 @@ class Twin:
     #: id(twin tensor) -> the model's tensor (a placeholder built in the twin is the same
     #: object after its build: fills are in place)
     tensors: dict[int, torch.Tensor]
-    #: the modules the twin made, in the model's order (then those made on a touch)
-    made: list[nn.Module]
-    #: the blocks whose modules below wait for a touch (``hollow.py``)
+    #: the blocks whose modules below wait for a touch (``hollow.py``), and the modules made
     deferred: _Deferred
+
+    @property
+    def made(self) -> list[nn.Module]:
+        """The modules the twin made, in the model's order (then those made on a touch)."""
+        return self.deferred.made
 
     def twin(self, module: nn.Module) -> nn.Module:
         """The twin of the model's ``module``."""
@@ -136,8 +139,8 @@ class Twin:
         module, a reference cycle: a twin left so is freed only by the cycle collector, in a
         collection that walks everything made since the last one (for a ResNet-50, as long as
         its rehearsal). Released, it is freed as it is dropped; a module the forward or a
-        user's hook kept stays a working meta module. Modules left hollow stay so (a touch
-        are made apart when touched (a block kept by a hook, touched after the run)."""
+        user's hook kept stays a working meta module. Modules still hollow are made apart if
+        ever touched (a block a hook kept, touched after the run)."""
         self.deferred.release()
         for module in self.made:
             bound = getattr(module.__dict__.get("forward"), "__func__", None)
@@ -281,7 +284,7 @@ def meta_twin(
     deferred.made = [twins[id(m)] for m in modules if id(m) not in inside]
     if shapes_only:
         _shapes_only(deferred.made)
-    return Twin(twins[id(model)], remap.modules, remap.tensors, deferred.made, deferred)
+    return Twin(twins[id(model)], remap.modules, remap.tensors, deferred)
 
 
 def _fill(
@@ -304,9 +307,9 @@ def _fill(
         elif not (key == "forward" and is_rehearsals(value)):
             attrs[key] = remap(value)
     for key in _HOOKS:  # (a running rehearsal's recording hooks: not this twin's)
-        hooks: dict[int, Any] | None = attrs.get(key)
-        for ident in [i for i, h in hooks.items() if is_rehearsals(h)] if hooks else []:
-            del hooks[ident]  # type: ignore[union-attr]
+        hooks: dict[int, Any] = attrs.get(key) or {}
+        for ident in [i for i, h in hooks.items() if is_rehearsals(h)]:
+            del hooks[ident]
 
 
 class _Deferred:
@@ -316,8 +319,8 @@ class _Deferred:
         self,
         remap: _Remap,
         shapes_only: bool,
-        owned: bool = True,
-        unchanged: Callable[[nn.Module], bool] = lambda block: True,
+        owned: bool,
+        unchanged: Callable[[nn.Module], bool],
     ) -> None:
         self.remap, self.shapes_only = remap, shapes_only
         #: whether the rehearsal's thread holds the build lock until the run ends
@@ -343,12 +346,8 @@ class _Deferred:
             if not self.owned and not self.unchanged(block):
                 raise Stale
             del self.blocks[key]
-            handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
             made = [self.remap.twins[id(m)] for m in below]
-            for module, twin in zip(below, made, strict=True):
-                _fill(self.remap, module, to_class(twin, type(module)), handles)
-        for attrs, name, value in handles:
-            attrs[name] = self.remap.handle(value)
+            _make_hollow(self.remap, below, made)
         if self.shapes_only:
             _shapes_only(made)
         self.made.extend(made)
@@ -389,12 +388,18 @@ class _Apart:
             remap.twins[id(module)] = twin
             remap.modules[id(twin)] = module
             made.append(twin)
-        handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
-        for module, twin in zip(below, made, strict=True):
-            attrs = to_class(twin, type(module)) if is_hollow(twin) else twin.__dict__
-            _fill(remap, module, attrs, handles)
-        for attrs, name, value in handles:
-            attrs[name] = remap.handle(value)
+        _make_hollow(remap, below, made)
+
+
+def _make_hollow(remap: _Remap, below: list[nn.Module], twins: list[nn.Module]) -> None:
+    """Fill ``twins`` (hollow, or new and empty) as the twins of the model's modules
+    ``below``, through ``remap``."""
+    handles: list[tuple[dict[str, Any], str, RemovableHandle]] = []
+    for module, twin in zip(below, twins, strict=True):
+        attrs = to_class(twin, type(module)) if is_hollow(twin) else twin.__dict__
+        _fill(remap, module, attrs, handles)
+    for attrs, name, value in handles:
+        attrs[name] = remap.handle(value)
 
 
 def _batch_norm_shapes(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
