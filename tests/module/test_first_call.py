@@ -558,20 +558,22 @@ def test_a_forward_waits_while_another_thread_runs_the_on_build_queue() -> None:
         assert torch.equal(out, expected(x))
 
 
-def test_another_thread_runs_the_model_while_its_summary_is_rehearsed() -> None:
-    """A rehearsal runs a twin of the model: another thread may run it meanwhile (its first
-    call builds it) and gets its output; the summary is the model's."""
+def test_a_first_call_during_another_threads_summary_waits_for_it() -> None:
+    """A rehearsal runs the model itself, building its lazy layers on meta for the run, under
+    the build lock: another thread's first call waits for it (still waiting half a second
+    later), then builds the model as it was; the summary is the model's."""
     reached, go = threading.Event(), threading.Event()
     model = nn.Sequential(MetaPause(reached, go), nn.Linear(4, 4), lazynn.LazyLinear(2))
     results: list[Any] = []
-    thread = threading.Thread(target=_outcome(lambda: lazynn.summary(model, (2, 4)), results))
-    thread.start()
-    assert reached.wait(30)  # the rehearsal is paused inside the model's forward
-    try:
-        out = model(torch.ones(2, 4))  # a first call, while the rehearsal is paused
-    finally:
-        go.set()
-        thread.join(30)
+    calls: list[Any] = []
+    _second_waits(
+        _outcome(lambda: lazynn.summary(model, (2, 4)), results),
+        reached,
+        go,
+        _outcome(lambda: model(torch.ones(2, 4)), calls),
+    )
+    (out,) = calls
+    assert isinstance(out, torch.Tensor), out
     assert out.shape == (2, 2)
     assert not lazynn.is_lazy(model)
     (summary,) = results

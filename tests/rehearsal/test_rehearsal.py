@@ -534,29 +534,3 @@ def test_a_placeholders_own_materialize_runs_under_the_meta_device() -> None:
     assert torch.equal(torch.get_rng_state(), after_first)
     assert torch.equal(built.weight, first.weight)
     assert torch.equal(built.bias, first.bias)
-
-
-def test_a_module_the_forward_kept_stays_a_working_module() -> None:
-    """What a user's hook or forward keeps of the rehearsal's twin (a profiler's global hook,
-    a forward that stores ``self``) stays a working meta module once the rehearsal is done
-    (``Twin.release`` takes off only the rehearsal's own forwards)."""
-    kept: list[nn.Module] = []
-
-    def keep(module: nn.Module, args: Any, out: Any) -> None:
-        kept.append(module)
-
-    handle = nn.modules.module.register_module_forward_hook(keep)
-    try:
-        model = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyBatchNorm1d(), nn.ReLU())
-        lazynn.build(model, (3, 5))
-    finally:
-        handle.remove()
-    twins = [m for m in kept if m not in set(model.modules())]
-    assert twins
-    for module in twins:
-        assert isinstance(module.training, bool)
-        _ = repr(module), list(module.parameters())
-    linear = next(m for m in twins if isinstance(m, nn.Linear))
-    assert (linear.in_features, linear.weight.device.type) == (5, "meta")
-    norm = next(m for m in twins if isinstance(m, nn.BatchNorm1d))
-    assert norm(torch.empty(3, 4, device="meta")).shape == (3, 4)

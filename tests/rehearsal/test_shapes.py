@@ -128,6 +128,17 @@ def layer_norm(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (x, sizes, affine(data, sizes, x.dtype), affine(data, sizes, x.dtype)), {}
 
 
+def batch_norm(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = meta(data, shape(data, 1, 5, 1), DTYPES)
+    if x.dim() == 4 and data.draw(st.integers(0, 3)) == 0:  # (channels-last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    c = (x.shape[1],) if x.dim() > 1 else (1,)
+    stats = [affine(data, c, x.dtype) for _ in range(2)]
+    training = data.draw(st.booleans())
+    kwargs = {"training": training, "momentum": 0.1, "eps": 1e-5}
+    return (x, *stats, affine(data, c, x.dtype), affine(data, c, x.dtype)), kwargs
+
+
 def rms_norm(data: st.DataObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args, _ = layer_norm(data)
     return args[:3], {"eps": data.draw(st.sampled_from([None, 1e-6]))}
@@ -338,6 +349,7 @@ CASES: dict[Any, Draw] = {
     torch.Tensor.softmax: method_softmax,
     F.dropout: dropout,
     F.layer_norm: layer_norm,
+    F.batch_norm: batch_norm,
     F.rms_norm: rms_norm,
     F.group_norm: group_norm,
     F.linear: linear,

@@ -328,22 +328,30 @@ class _Nested(nn.Module):
     [_ShapesVary, lambda: nn.Sequential(_Nested(), _Nested(), _Nested()), Blocks],
     ids=["shapes-vary", "nested", "shared-relu"],
 )
-def test_memoized_blocks_count_each_call_as_running_them_would(factory: Any) -> None:
-    """Identical blocks run once on meta; every row's calls, FLOPs and first-call shapes are
-    those of a rehearsal that runs every block."""
-    from lazynn._rehearsal.rehearse import rehearse
+def test_rows_count_each_call_as_a_real_forward_does(factory: Any) -> None:
+    """Blocks alike, called at several shapes or shared: every row's calls, FLOPs and
+    first-call shapes are those of the built model's real forward (hooks and
+    FlopCounterMode)."""
+    shape = (4, 8) if factory is not Blocks else (4, 6)
+    model = factory()
+    report = lazynn.summary(model, shape)
+    lazynn.build(model, shape)
+    seen: dict[str, list[Any]] = {}
+    counter = FlopCounterMode(display=False)
+    for path, module in model.named_modules():
 
-    first = factory()
-    fast = rehearse(first, ((4, 8) if factory is not Blocks else (4, 6),), {}, count_flops=True)
-    slow = rehearse(
-        factory(),
-        ((4, 8) if factory is not Blocks else (4, 6),),
-        {},
-        memoize=False,
-        count_flops=True,
-    )
-    ours = {p: (c.count, c.flops, c.inputs, c.outputs) for p, c in fast.calls.items()}
-    assert ours == {p: (c.count, c.flops, c.inputs, c.outputs) for p, c in slow.calls.items()}
+        def hook(m: nn.Module, a: Any, o: Any, path: str = path) -> None:
+            seen.setdefault(path, []).append((tuple(a[0].shape), tuple(o.shape)))
+
+        module.register_forward_hook(hook)
+    with counter:
+        model(torch.ones(shape))
+    rows = {r.path: r for r in report.rows}
+    assert {p: r.calls for p, r in rows.items() if r.calls} == {p: len(c) for p, c in seen.items()}
+    for path, calls in seen.items():
+        assert rows[path].inputs[0].shape == calls[0][0]
+        assert rows[path].outputs[0].shape == calls[0][1]
+    assert report.total_flops == counter.get_total_flops()
 
 
 @pytest.mark.parametrize("depth", [1, 2])

@@ -15,7 +15,13 @@ holds by construction. A :class:`Snapshot` holds:
 * the value of each real buffer a lazy layer keeps before its build (``known_buffers``:
   ``num_batches_tracked``), which a build resets and a first call's forward counts in place;
 * with ``values=True``, the value of every real tensor (work that may write any of them: a
-  queued initialization).
+  queued initialization);
+* with ``reach=True``, everything a forward may write that the modules reach, to any depth
+  (``reach.py``). A rehearsal, which runs the model's own forward, takes this one: what it
+  changes is put back after, whatever happened.
+
+``restore`` puts back only what differs from the snapshot, so a write another thread made
+meanwhile to something the snapshot holds unchanged stays.
 """
 
 from __future__ import annotations
@@ -31,10 +37,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from .reach import Reach, put_back
 from .state import Context, LazyState
 from .tensors import is_placeholder, own_slots, own_tensors, raw
 
-__all__ = ["OtherRandom", "RandomState", "Snapshot", "atomic", "continue_builds", "weak"]
+__all__ = [
+    "OtherRandom",
+    "RandomState",
+    "Snapshot",
+    "atomic",
+    "continue_builds",
+    "weak",
+]
 
 #: attribute types that hold nothing a snapshot must copy
 _PLAIN = frozenset({bool, int, float, str, type(None), torch.device, torch.dtype})
@@ -52,7 +66,7 @@ class Snapshot:
     LazyLinear(in_features=?, out_features=2, bias=True)
     """
 
-    def __init__(self, root: nn.Module, values: bool = False) -> None:
+    def __init__(self, root: nn.Module, values: bool = False, reach: bool = False) -> None:
         self.modules: list[tuple[nn.Module, type, dict[str, Any]]] = []
         self.containers: list[tuple[Any, Any]] = []
         self.states: list[tuple[LazyState, LazyState]] = []
@@ -96,6 +110,7 @@ class Snapshot:
                     self.tensors.append(
                         (tensor, tensor.__class__, raw(tensor), dict(tensor.__dict__))
                     )
+        self.reach = Reach(self.modules, self.containers) if reach else None
 
     def original_tensors(self, module: nn.Module) -> dict[str, torch.Tensor | None]:
         """The module's own parameters and buffers as they were at the snapshot."""
@@ -104,17 +119,13 @@ class Snapshot:
     def restore(self) -> None:
         """Put every recorded module, container and placeholder back as it was."""
         for module, cls, attrs in self.modules:
-            module.__class__ = cls
-            module.__dict__.clear()
-            module.__dict__.update(attrs)
+            if module.__class__ is not cls:
+                module.__class__ = cls
+            put_back(module.__dict__, attrs)
         for container, content in self.containers:
-            if content is None:
-                container.clear()
-            elif isinstance(container, list):
-                container[:] = content
-            else:
-                container.clear()
-                container.update(content)
+            put_back(container, content)
+        if self.reach is not None:
+            self.reach.restore()
         for state, saved in self.states:
             state.restore(saved)
         for tensor, cls, data, tensor_attrs in self.tensors:

@@ -74,6 +74,9 @@ class Rehearsing:
     #: work is running now (``_rehearsal.rehearse.apart``)
     apart: int = 0
     aside: bool = False
+    #: how its forward sees the model's real tensors (``_rehearsal.stand_ins.StandIns``),
+    #: shared by a rehearsal its forward runs
+    stand_ins: Any = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Python's cycle collector paused while a rehearsal runs.
 
-A rehearsal makes and drops tens of thousands of objects (the twin's modules, meta tensors,
+A rehearsal makes and drops tens of thousands of objects (a snapshot's copies, meta tensors,
 hooks), and each generation-2 collection they trigger walks every object of the process: on
 an 80-block LLaMA-70B-shaped model that was 60% of a ``summary`` (0.92 s against 0.28-0.38 s
 with the collector paused, docs/benchmarks.md), and half of a 3-layer MLP's ``build``. What a

@@ -392,8 +392,37 @@ def _recurrent_flops(gates: int) -> Callable[..., tuple[Any, int]]:
 
 
 #: torch.nn's layers' functions -> their formulas
+def _batch_norm(
+    t: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    training: Any = False,
+    momentum: Any = 0.1,
+    eps: Any = 1e-5,
+) -> Tensor:
+    # (F.batch_norm's own checks come after a function mode's turn: a batch of one in
+    # training, channels the tensors do not have, are left to it, and its words)
+    t = floating(t, strided=True)
+    check(t.dim() >= 2 and isinstance(training, bool) and isinstance(eps, NUMBER))
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    check(
+        t.is_contiguous()
+        or (t.dim() in formats and t.is_contiguous(memory_format=formats[t.dim()]))
+    )
+    channels = t.shape[1]
+    check(not training or t.numel() // max(channels, 1) > 1)
+    check(training or (running_mean is not None and running_var is not None))
+    for tensor in (running_mean, running_var, weight, bias):
+        if tensor is not None:
+            check(plain_meta(tensor).dtype == t.dtype and tuple(tensor.shape) == (channels,))
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
 LAYERS: dict[Any, Callable[..., Tensor | tuple[Tensor, ...]]] = {
     F.linear: _linear,
+    F.batch_norm: _batch_norm,
     F.scaled_dot_product_attention: _attention,
     F.embedding: _embedding,
     F.conv1d: _conv(1),

@@ -20,8 +20,7 @@ __all__ = ["Call", "Rehearsal", "TensorInfo"]
 
 @dataclass
 class Call:
-    """A module's calls in the rehearsal: the first call's shapes, how many, and their FLOPs
-    (in ``_Record.trace``: one call, or the calls of a skipped block's twin run)."""
+    """A module's calls in the rehearsal: the first call's shapes, how many, and their FLOPs."""
 
     path: str
     inputs: list[tuple[tuple[int, ...], torch.dtype]]

@@ -1,5 +1,5 @@
-"""The rehearsal's device: what a forward creates without a device is meta, and a draw on a
-real device is noticed.
+"""The rehearsal's device: what a forward creates without a device is meta, the model's real
+tensors are seen as meta, and a draw on a real device is noticed.
 
 A rehearsal runs the forward under ``torch.device("meta")``, so ``torch.rand(shape)`` makes a
 meta tensor and draws nothing. A forward may still draw on a real device, naming it
@@ -7,7 +7,8 @@ meta tensor and draws nothing. A forward may still draw on a real device, naming
 that moves the generator, and a ``build`` would then allocate with other numbers than eager
 construction. :class:`MetaDevice` is that same device mode, which also records such a draw,
 so the rehearsal puts the generator back only then (never rewinding another thread's draws
-when its own forward drew nothing).
+when its own forward drew nothing). Given :class:`~.stand_ins.StandIns`, it shows the forward
+each real tensor it touches as its meta stand-in (``stand_ins.py``).
 
 >>> import torch
 >>> with MetaDevice() as mode:
@@ -34,6 +35,7 @@ from torch.utils._device import DeviceContext
 from torch.utils.flop_counter import FlopCounterMode
 
 from .shapes import answer, flops
+from .stand_ins import StandIns
 
 __all__ = ["MetaDevice"]
 
@@ -52,6 +54,9 @@ _DRAWS = frozenset(
 #: what a tensor attribute's read or write reaches a function mode as (``t.shape``: the
 #: descriptor's ``__get__``)
 _ATTRIBUTES = frozenset({"__get__", "__set__"})
+#: what reads a real tensor as the object it is (its hash is its identity; a copy of it is a
+#: copy of its values, as in eager code), not through its stand-in
+_AS_ITSELF = frozenset({"__hash__", "__deepcopy__", "__reduce_ex__", "__getstate__"})
 
 
 def _on_a_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -80,13 +85,20 @@ class MetaDevice(DeviceContext):
     ``fast``: with autograd off, the common functions on meta tensors are answered by
     formula (``shapes.answer``: an empty tensor of the output's shape, dtype and strides)
     instead of torch's meta kernels, many of which are Python references; ``counter``, a
-    ``FlopCounterMode`` running inside, is given the FLOPs of the calls so answered."""
+    ``FlopCounterMode`` running inside, is given the FLOPs of the calls so answered;
+    ``stand_ins``: the model's real tensors are seen through them (``stand_ins.py``)."""
 
-    def __init__(self, fast: bool = False, counter: FlopCounterMode | None = None) -> None:
+    def __init__(
+        self,
+        fast: bool = False,
+        counter: FlopCounterMode | None = None,
+        stand_ins: StandIns | None = None,
+    ) -> None:
         super().__init__("meta")
         self.drew = False
         self.fast = fast
         self.counter = counter
+        self.stand_ins = stand_ins
         # (FlopCounterMode's dispatch mode is the only one a formula may pass by)
         self._modes = 0 if counter is None else 1
 
@@ -102,9 +114,20 @@ class MetaDevice(DeviceContext):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         name = getattr(func, "__name__", None)
+        seen = self.stand_ins
         if name in _ATTRIBUTES:  # (a tensor's attribute read or set: nothing to make meta)
+            if seen is not None and args and seen.needs(args[0]):  # (a real one: its stand-in)
+                return seen.shown(func(seen.of(args[0]), *seen.seen(args[1:]), **(kwargs or {})))
             return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
+        if seen is not None and name not in _AS_ITSELF:
+            args, kwargs = seen.seen(args), seen.seen(kwargs)
+            return seen.shown(self._call(func, types, name, args, kwargs))
+        return self._call(func, types, name, args, kwargs)
+
+    def _call(
+        self, func: Any, types: Any, name: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         if not self.drew and name in _DRAWS:
             self.drew = _on_a_device(args, kwargs)
         if (

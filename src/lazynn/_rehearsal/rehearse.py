@@ -1,14 +1,22 @@
-"""The meta rehearsal: run a model's forward on meta tensors and record what happens.
+"""The meta rehearsal: run a model's own forward on meta tensors and record what happens.
 
-The model is only read: its twin (``_twin``: the same classes and code, every tensor a meta
-tensor, every placeholder a meta placeholder) runs on meta example inputs. Lazy layers build
-themselves on meta (their own code, so the sizes are exactly what a real first call would
-infer), and hooks record each module's input and output shapes. No memory is allocated for
-parameters or activations, no arithmetic runs, and the twin is dropped after: the model is
-as it was, whatever happened, and other threads may use it meanwhile. What the forward
-draws on meta draws nothing; a draw on a real device (``torch.rand(n, device="cpu")``) moves
-the generator, which the rehearsal then puts back (``_meta_device``), so the build's
-allocation draws what eager construction draws.
+The rehearsal runs the model itself, so the user's Python (its forward, hooks, the functions
+they call) sees what an eager forward sees: the same module objects (identity, ``id()``,
+``type()``), the lists, dicts and objects they share, global and module hooks, every call in
+order, and what it writes to shared state is read later in the same forward. Only tensors
+differ, on the rehearsal's thread: the examples are meta tensors, the model's real tensors
+are seen as meta stand-ins (``stand_ins.py``: their values are never written, and other
+threads read them as they are), and each placeholder is a meta placeholder for the run. Lazy
+layers build themselves on meta as they are called (their own code, so the sizes are
+exactly what a real first call would infer), and hooks record each module's input and output
+shapes. No memory is allocated for parameters or activations, and no arithmetic runs.
+
+Everything the run changes in the model, and in the state its modules reach (a snapshot that
+reaches to any depth: ``Snapshot(reach=True)``), is put back after it, whatever happened;
+and every random generator. The build lock is held throughout: no build changes the model
+meanwhile, and another thread's first call of a lazy layer waits for the rehearsal. What a
+draw on a real device moved (``torch.rand(n, device="cpu")``) is put back
+(``meta_device.py``), so the build's allocation draws what eager construction draws.
 
 Used by ``lazynn.build`` (sizes, then allocation) and ``lazynn.summary`` (the table).
 """
@@ -18,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 from torch.utils.hooks import RemovableHandle
 
 from .._errors import (
@@ -41,7 +49,8 @@ from .._layer.arguments import left_in_note
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
 from .._module.lifecycle import is_lazy_module, own_modes
-from .._module.snapshot import OtherRandom, RandomState
+from .._module.placeholder import relocate
+from .._module.snapshot import OtherRandom, RandomState, Snapshot
 from .._module.state import BUILD_LOCK, Rehearsing, context, find_state
 from .._module.tensors import (
     is_placeholder,
@@ -49,84 +58,43 @@ from .._module.tensors import (
     meta_like,
     own_slots,
     own_tensors,
+    raw,
     shapes,
 )
 from .collector import paused
 from .counter import FlopCounter
 from .failures import failure_of
-from .hollow import Stale, is_hollow
 from .learnt import Call, Rehearsal, TensorInfo
-from .memo import Below, Memo, fingerprint, repeats, skipped
 from .meta_device import MetaDevice
 from .spec import as_meta
-from .twin import Twin, meta_twin, rehearsal_only
+from .stand_ins import StandIns
+from .twin import rehearsal_only
 
 __all__ = ["apart", "rehearse", "warn_notes"]
 
 
-class _Record:
-    """The calls of a rehearsal, as memoized blocks see them (``_memo.Recorder``): every call
-    in order (``trace``), each module's first call and totals (``calls``), the FLOPs (the
-    counter's, the skipped blocks', less those of lazynn's own work: :func:`apart`)."""
+class _Run:
+    """One run of the model on meta inputs, hooks on every module recording what happens (see
+    :func:`rehearse`): each module's calls, the first call's inputs of the lazy modules that
+    are not lazynn's, the sizes lazynn's read, the failures by module. Calls are recorded on
+    the rehearsal's thread, and on a thread its forward runs modules on (a worker given meta
+    inputs, which runs them under the run's device mode); another thread's calls of the same
+    modules are its own."""
+
+    # (a rehearsal inside the forward does not take this run, its hooks' owner, into its
+    # snapshot: what this run records stays)
+    _lazynn_unreached = True  # (reach.UNREACHED)
 
     def __init__(
-        self, calls: dict[str, Call], counter: FlopCounterMode | None, rehearsing: Rehearsing
+        self, modules: dict[str, nn.Module], count_flops: bool, stand_ins: StandIns
     ) -> None:
-        self.calls, self.counter, self.rehearsing = calls, counter, rehearsing
-        self.trace: list[Call] = []
-        self.skipped_flops = 0
-        if counter is not None:
-            rehearsing.counted = lambda: int(counter.get_total_flops())
-
-    def meter(self) -> int:
-        if self.counter is None:
-            return 0
-        counted = int(self.counter.get_total_flops())
-        return counted + self.skipped_flops - self.rehearsing.apart
-
-    def mark(self) -> int:
-        return len(self.trace)
-
-    def below(self, block: str, since: int) -> Below:
-        prefix = f"{block}." if block else ""
-        out: Below = {}
-        for event in self.trace[since:]:
-            if event.path.startswith(prefix) and event.path != block:
-                sub = event.path[len(prefix) :]
-                count, flops, first_in, first_out = out.get(
-                    sub, (0, 0, event.inputs, event.outputs)
-                )
-                out[sub] = (count + event.count, flops + event.flops, first_in, first_out)
-        return out
-
-    def skipped(self, block: str, flops: int, below: Below) -> None:
-        self.skipped_flops += flops
-        for sub, (count, sub_flops, first_in, first_out) in below.items():
-            path = f"{block}.{sub}" if block else sub
-            event = Call(path, first_in, first_out, count, sub_flops)
-            self.trace.append(event)  # (an enclosing block's run counts it too)
-            if path not in self.calls:
-                self.calls[path] = Call(path, first_in, first_out, 0, 0)
-            self.calls[path].count += count
-            self.calls[path].flops += sub_flops
-
-
-class _Run:
-    """One run of a model (the twin) on meta inputs, hooks on every module recording what
-    happens (see :func:`rehearse`): each module's calls, the first call's inputs of the lazy
-    modules that are not lazynn's, the sizes lazynn's read, the failures by module."""
-
-    def __init__(self, model: dict[str, nn.Module], twin: Twin | None, count_flops: bool) -> None:
-        #: each module of the run (the twin's) by its first path, as the model's (``model``)
-        self.modules: dict[str, nn.Module] = (
-            model if twin is None else {p: twin.twin(m) for p, m in model.items()}
-        )
-        self.paths: dict[int, str] = {id(m): p for p, m in self.modules.items()}
-        # (read on the model's modules: the twin's below a skipped block are left hollow)
+        #: each module of the model by its first path
+        self.modules = modules
+        self.paths: dict[int, str] = {id(m): p for p, m in modules.items()}
         #: lazy modules by path, and their class before the run (they build as it runs)
-        self.lazy = {p: type(m) for p, m in model.items() if is_lazy_module(m)}
+        self.lazy = {p: type(m) for p, m in modules.items() if is_lazy_module(m)}
         #: lazy layers by path, and what they knew before the run (their arguments)
-        self.before = {p: s for p, m in model.items() if (s := find_state(m)) is not None}
+        self.before = {p: s for p, m in modules.items() if (s := find_state(m)) is not None}
         self.handles: list[RemovableHandle] = []
         self.calls: dict[str, Call] = {}
         self.sizes: dict[nn.Module, dict[str, Any]] = {}
@@ -136,8 +104,20 @@ class _Run:
         self.failed: nn.Module | None = None
         self.counter = FlopCounter(display=False) if count_flops else None
         self.rehearsing = Rehearsing()  # what each lazy layer reads, recorded by the layer
-        self.record = _Record(self.calls, self.counter, self.rehearsing)
-        self._stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int, Call]] = []
+        self.rehearsing.stand_ins = stand_ins
+        self.stand_ins = stand_ins
+        counter = self.counter
+        if counter is not None:
+            self.rehearsing.counted = lambda: int(counter.get_total_flops())
+        self.thread = threading.get_ident()
+        #: per thread: the calls running (for the post hook), and a worker's device mode
+        self._local = threading.local()
+
+    def meter(self) -> int:
+        """The FLOPs counted so far, less lazynn's own work's (:func:`apart`)."""
+        if self.counter is None:
+            return 0
+        return int(self.counter.get_total_flops()) - self.rehearsing.apart
 
     def hook(self, modules: Iterable[nn.Module]) -> None:
         """Attach the recording hooks to ``modules`` (handles: ``self.handles``)."""
@@ -149,32 +129,59 @@ class _Run:
                 module.register_forward_hook(self.post, with_kwargs=True, always_call=True)
             )
 
+    def _stack(self) -> list[tuple[str, nn.Module, Any, Any, BaseException | None, int]]:
+        stack: list[tuple[str, nn.Module, Any, Any, BaseException | None, int]] | None
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _ours(self, a: tuple[Any, ...], k: dict[str, Any]) -> bool:
+        """Whether a call belongs to this run: on its thread while no rehearsal nested in its
+        forward runs (a summary of a submodule records its own), or on a worker thread the
+        forward runs modules on with meta inputs (which then runs under the device mode)."""
+        if threading.get_ident() == self.thread:
+            return context().rehearsal is self.rehearsing
+        if getattr(self._local, "device", None) is not None:
+            return True
+        metas: list[bool] = []
+        map_tensors(lambda t: metas.append(t.is_meta), (a, k))
+        if not any(metas):
+            return False  # (another thread's own call, on real inputs)
+        device = MetaDevice(stand_ins=self.stand_ins)
+        device.__enter__()
+        self._local.device = device
+        return True
+
     @rehearsal_only
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
+        if not self._ours(a, k):
+            return
         path = self.paths.get(id(module), "?")
-        event = Call(path, shapes((a, k)))
-        self.record.trace.append(event)
-        self._stack.append((path, module, a, k, sys.exc_info()[1], self.record.meter(), event))
+        self._stack().append((path, module, a, k, sys.exc_info()[1], self.meter()))
         if path not in self.calls:
-            self.calls[path] = Call(path, event.inputs, count=0)
+            self.calls[path] = Call(path, shapes((a, k)), count=0)
             if path in self.lazy:
                 self.inputs[module] = (a, k)
         self.calls[path].count += 1
 
     @rehearsal_only
     def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
-        if not self._stack or self._stack[-1][1] is not module:
-            return  # (a pre-hook before this one raised: the call never started)
-        path, _, entry_a, entry_k, before, start, event = self._stack.pop()
+        stack = self._stack()
+        if not stack or stack[-1][1] is not module:
+            return  # (a pre-hook before this one raised, or not this run's call)
+        path, _, entry_a, entry_k, before, start = stack.pop()
+        if not stack and threading.get_ident() != self.thread:  # (a worker's call is over)
+            self._local.device.__exit__(None, None, None)
+            self._local.device = None
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:  # this module's forward raised
             self.failures.append((raised, (path, module, entry_a, entry_k)))
             return
         call = self.calls[path]
-        event.flops, event.outputs = self.record.meter() - start, shapes(out)
-        call.flops += event.flops
+        call.flops += self.meter() - start
         if not call.outputs:
-            call.outputs = event.outputs
+            call.outputs = shapes(out)
         lazy_cls = self.lazy.get(path)
         if lazy_cls is not None and issubclass(lazy_cls, LazyLayer) and module not in self.sizes:
             # (what it read; or, built by a lazynn.build the forward called, what that gave it)
@@ -280,36 +287,42 @@ def rehearse(
     model: nn.Module,
     args: Sequence[Any],
     kwargs: dict[str, Any],
-    memoize: bool = True,
     literal: bool = False,
     training: bool | None = None,
     count_flops: bool = False,
-    own: bool = False,
     learned: dict[nn.Module, dict[str, Any]] | None = None,
 ) -> Rehearsal:
-    """Run ``model`` on meta versions of the examples; return what was learnt.
+    """Run ``model`` itself on meta versions of the examples; return what was learnt.
 
-    The model is only read: a meta twin of it runs (``_twin``), and is thrown away after, so
-    the model is as it was, success or failure, and other threads may use it meanwhile (a
-    build, which changes it, waits for the build lock). ``own``: the model is the caller's to
-    change (a factory's first run): it runs itself. A failure raises
-    :class:`~lazynn.InferenceError` naming the innermost module running when it happened,
-    its type and the input shapes it received. ``memoize`` lets identical repeated blocks
-    reuse one block's result (see ``_memo``). ``training`` runs every module in that mode
-    (None: as each is). ``count_flops`` counts each call's FLOPs with
-    ``torch.utils.flop_counter.FlopCounterMode`` (a skipped block counts its twin's).
-    ``learned`` takes the sizes each lazy layer read before the run ended, even when it
-    failed (the model's layers as keys).
+    The run changes nothing that stays: the model, the state its modules reach and every
+    random generator are put back after it (see the module doc), success or failure. A
+    failure raises :class:`~lazynn.InferenceError` naming the innermost module running when
+    it happened, its type and the input shapes it received. ``literal``: the examples are a
+    real call's arguments (only tensors become meta). ``training`` runs every module in that
+    mode (None: as each is). ``count_flops`` counts each call's FLOPs with
+    ``torch.utils.flop_counter.FlopCounterMode``. ``learned`` takes the sizes each lazy layer
+    read before the run ended, even when it failed.
     """
-    with apart(), paused():  # (apart: inside a rehearsed forward, FLOPs not that forward's)
+    if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
+        meta_args = map_tensors(meta_like, tuple(args))
+        meta_kwargs = map_tensors(meta_like, dict(kwargs))
+    else:
+        meta_args = as_meta(tuple(args))
+        meta_kwargs = as_meta(dict(kwargs))
+    # (apart: inside a rehearsed forward, FLOPs not that forward's; the build lock: no build
+    # changes the model meanwhile, and its first calls wait; inference_mode(False): a
+    # rehearsal inside the mode builds as outside it)
+    with apart(), paused(), BUILD_LOCK, torch.inference_mode(False):
+        modules = _first_paths(model)
+        snapshot = Snapshot(model, reach=True)
         try:
+            assert snapshot.reach is not None
+            tensors = snapshot.reach.tensors
             return _rehearse(
-                model, args, kwargs, memoize, literal, training, count_flops, own, learned
+                modules, tensors, meta_args, meta_kwargs, training, count_flops, learned
             )
-        except Stale:  # (another thread built some of the model while it ran: hollow.py)
-            return _rehearse(
-                model, args, kwargs, memoize, literal, training, count_flops, own, learned, False
-            )
+        finally:
+            snapshot.restore()
 
 
 @contextlib.contextmanager
@@ -331,115 +344,98 @@ def apart() -> Iterator[None]:
 
 
 def _rehearse(
-    model: nn.Module,
-    args: Sequence[Any],
+    modules: dict[str, nn.Module],
+    tensors: list[torch.Tensor],
+    args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    memoize: bool = True,
-    literal: bool = False,
-    training: bool | None = None,
-    count_flops: bool = False,
-    own: bool = False,
-    learned: dict[nn.Module, dict[str, Any]] | None = None,
-    defer: bool = True,
+    training: bool | None,
+    count_flops: bool,
+    learned: dict[nn.Module, dict[str, Any]] | None,
 ) -> Rehearsal:
-    if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
-        meta_args = map_tensors(meta_like, tuple(args))
-        meta_kwargs = map_tensors(meta_like, dict(kwargs))
-    else:
-        meta_args = as_meta(tuple(args))
-        meta_kwargs = as_meta(dict(kwargs))
-    # (a block made later is checked unchanged, unless this thread holds the build lock all
-    # along: a build's rehearsal, where no other thread can build the model. RLock._is_owned:
-    # private to threading, the one way to ask; guarded by a test in tests/rehearsal/test_memo)
-    owned = BUILD_LOCK._is_owned()  # type: ignore[attr-defined]
-    # (read while no build changes it; its placeholders made as outside inference_mode)
-    with BUILD_LOCK, torch.inference_mode(False):
-        mine = _first_paths(model)
-        ids = {id(m): p for p, m in mine.items()}
-        blocks = repeats(mine.values(), ids) if memoize else []
-        # the twins of blocks like an earlier one are made when touched: the memo skips them
-        later = skipped(blocks) if defer else []
-        listed = list(mine.values())  # (as model.modules(): each once, first found first)
-        prints = dict(blocks)
-        twin = (
-            None
-            if own
-            else meta_twin(
-                model, True, later, listed, owned, lambda b: fingerprint(b, ids) == prints[b]
-            )
-        )
-    root = model if twin is None else twin.root
-    run = _Run(mine, twin, count_flops)
-    memo = Memo(run.record) if memoize else None
-    waiting = {}  # (blocks below a hollow one: memoized once made)
-    for block, print_ in blocks:
-        runs = block if twin is None else twin.twin(block)
-        if memo is not None and not is_hollow(runs):
-            memo.install(runs, print_, ids[id(block)])
-        else:
-            waiting[id(runs)] = (print_, ids[id(block)])
-
-    def prepare(modules: list[nn.Module]) -> None:
-        """Ready the run's modules (later: those made on a touch): mode, memo, hooks."""
-        for module in modules:
-            if training is not None:
-                module.training = training
-            if memo is not None and id(module) in waiting:
-                memo.install(module, *waiting.pop(id(module)))
-        run.hook(modules)
-
-    prepare([m for m in run.modules.values() if not is_hollow(m)])
-    if twin is not None:
-        twin.deferred.listeners.append(prepare)
+    """The run of :func:`rehearse`, on the model's ``modules`` (by first path), which the
+    caller puts back after it; ``tensors``: the real tensors they reach."""
     here = context()
-    outer, here.rehearsal = here.rehearsal, run.rehearsing
+    outer = here.rehearsal  # (a rehearsal whose forward runs this one: its stand-ins)
+    if outer is not None and outer.stand_ins is not None:
+        seen = outer.stand_ins
+        seen.add(tensors)
+    else:
+        seen = StandIns(tensors)
+    run = _Run(modules, count_flops, seen)
+    # The model's figures as they are (a forward that replaces a buffer does not change
+    # them); those of its lazy layers' tensors, once the run has built them
+    figures = {p: _tensor_infos(m) for p, m in modules.items()}
+    waiting = _placeholders_on_meta(modules)
+    for module in modules.values():
+        if training is not None:
+            module.training = training
+    run.hook(modules.values())
+    here.rehearsal = run.rehearsing
     drawn, others = RandomState(), OtherRandom()
-    device = MetaDevice(fast=True, counter=run.counter)  # (the module doc)
+    device = MetaDevice(fast=True, counter=run.counter, stand_ins=seen)
     seed = torch.initial_seed()
     try:
-        # (inference_mode(False): a rehearsal inside the mode builds as outside it; the meta
-        # device: what the forward creates without a device is meta, and draws nothing)
-        # (lazynn's own work on a layer steps out of it: lifecycle.own_work)
-        with torch.inference_mode(False), torch.no_grad(), device, own_modes(device):
-            output = run(root, meta_args, meta_kwargs)
+        # (the meta device: what the forward creates without a device is meta, and draws
+        # nothing; lazynn's own work on a layer steps out of it: lifecycle.own_work)
+        with torch.no_grad(), device, own_modes(device):
+            output = run(modules[""], args, kwargs)
     finally:
         here.rehearsal = outer
-        by_id = {id(m): m for m in run.modules.values()}
         if outer is not None:  # inside another rehearsal's forward: its notes are that one's
-            for key, note in run.rehearsing.notes.items():
-                if key in by_id:
-                    outer.notes[id(_theirs(by_id[key], twin))] = note
+            outer.notes.update(run.rehearsing.notes)
         if learned is not None:
-            for key, sizes in run.rehearsing.sizes.items():
-                if key in by_id and by_id[key] is not run.failed:  # (not the layer that
-                    learned[_theirs(by_id[key], twin)] = dict(sizes)  # failed: its input)
+            for module in modules.values():
+                sizes = run.rehearsing.sizes.get(id(module))
+                if sizes is not None and module is not run.failed:  # (not the layer that
+                    learned[module] = dict(sizes)  # failed: its input)
         if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
             drawn.restore()
         others.restore()  # (Python's random, numpy's: LayerDrop's draws, if it moved them)
-        # Nothing of the run stays on the modules: on the caller's model (built in place),
-        # nor on the twin, whose modules the run's hooks and memoized forwards would hold in
-        # reference cycles (Twin.release: freed as they are dropped)
-        if twin is not None:
-            twin.deferred.listeners.clear()
         for handle in run.handles:
             handle.remove()
-        if memo is not None:
-            memo.undo()
-    stand_in = memo.propagate(mine, run.modules, run.sizes, run.inputs) if memo else {}
-    ran = {p: run.modules[stand_in.get(p, p)] for p in run.modules}
-    learnt = Rehearsal(
+    for path, held in waiting.items():
+        figures[path] = _tensor_infos(modules[path], held)
+    return Rehearsal(
         calls=run.calls,
-        types={p: (twin.kind(m) if twin else type(m)).__name__ for p, m in ran.items()},
-        tensors={p: _tensor_infos(ran[p], mine[p], twin) for p in run.modules},
-        sizes={_theirs(m, twin): v for m, v in run.sizes.items()},
-        inputs={_theirs(m, twin): v for m, v in run.inputs.items()},
-        unreached=[p for p in run.modules if p in run.lazy and p not in run.calls],
+        types={p: type(m).__name__ for p, m in modules.items()},
+        tensors=figures,
+        sizes=run.sizes,
+        inputs=run.inputs,
+        unreached=[p for p in modules if p in run.lazy and p not in run.calls],
         output=output,
         notes=run.notes(),
     )
-    if twin is not None:  # (freed as it is dropped, not by a cycle collection)
-        twin.release()
-    return learnt
+
+
+def _placeholders_on_meta(modules: dict[str, nn.Module]) -> dict[str, dict[str, int]]:
+    """Give each placeholder of ``modules`` (which the run's snapshot puts back) a meta
+    placeholder for the run, one per placeholder (ties hold), which its layer's build fills on
+    meta. Returns, for each module holding placeholders, by its path in the run's model, the
+    ``id()`` of the tensor in each of its slots before the run (what counts ties once)."""
+    made: dict[int, torch.Tensor] = {}
+
+    def on_meta(placeholder: torch.Tensor) -> torch.Tensor:
+        if raw(placeholder).is_meta:
+            return placeholder
+        found = made.get(id(placeholder))
+        if found is None:
+            found = made[id(placeholder)] = relocate(placeholder, "meta")
+        return found
+
+    held: dict[str, dict[str, int]] = {}
+    for path, module in modules.items():
+        slots = list(own_slots(module))
+        state = find_state(module)
+        if state is None and not any(is_placeholder(t) for _, _, t in slots):
+            continue
+        held[path] = {name: id(t) for _, name, t in slots}
+        for store, name, tensor in slots:
+            if is_placeholder(tensor):
+                store[name] = on_meta(tensor)
+        if state is not None:
+            for key, placeholder in state.placeholders.items():
+                state.placeholders[key] = on_meta(placeholder)
+    return held
 
 
 def _first_paths(model: nn.Module) -> dict[str, nn.Module]:
@@ -462,28 +458,22 @@ def warn_notes(notes: Iterable[str]) -> None:
         warnings.warn(AmbiguousInputWarning(note), stacklevel=user_stacklevel())
 
 
-def _theirs(module: nn.Module, twin: Twin | None) -> nn.Module:
-    """The model's module that a module of the run stands for."""
-    return module if twin is None else twin.original(module)
-
-
-def _tensor_infos(ran: nn.Module, owner: nn.Module, twin: Twin | None) -> list[TensorInfo]:
-    """The own tensors of the module that ran (in the twin, or in its place: memo) as the
-    build will make them, named by ``owner``'s tensors (the model's: ties counted once)."""
+def _tensor_infos(module: nn.Module, held: dict[str, int] | None = None) -> list[TensorInfo]:
+    """The own tensors of ``module`` (placeholders left out), each with the ``id()`` of the
+    tensor that was in its slot before the run (``held``), or its own: ties counted once."""
     infos = []
-    for _, name, tensor in own_slots(ran):
+    for _, name, tensor in own_slots(module):
         if is_placeholder(tensor):  # a lazy layer the forward never called
             continue
-        original = owner._parameters.get(name, owner._buffers.get(name))
         infos.append(
             TensorInfo(
                 name=name,
                 shape=tuple(tensor.shape),
                 dtype=tensor.dtype,
-                is_parameter=name in ran._parameters,
+                is_parameter=name in module._parameters,
                 requires_grad=bool(tensor.requires_grad),
-                persistent=name not in ran._non_persistent_buffers_set,
-                ident=id(original) if original is not None else id(tensor),
+                persistent=name not in module._non_persistent_buffers_set,
+                ident=held.get(name, id(tensor)) if held is not None else id(tensor),
             )
         )
     return infos

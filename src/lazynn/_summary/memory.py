@@ -78,7 +78,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .._errors import Fix, InferenceError, LazynnError, first_line, message, meta_limitation
 from .._layer.base import LazyLayer
-from .._module.lifecycle import finish, is_unbuilt
+from .._module.lifecycle import build_lazy_module, finish, is_unbuilt
 from .._module.placeholder import is_lazy
 from .._module.snapshot import RandomState
 from .._module.state import BUILD_LOCK
@@ -155,13 +155,17 @@ def training_memory(
     try:
         with BUILD_LOCK, torch.inference_mode(False):  # (read while no build changes it)
             twin = meta_twin(model).root
-        if is_lazy(twin):  # built on meta by a rehearsal of its own (lazy layers the forward
+        if is_lazy(twin):  # built on meta from a rehearsal of its own (lazy layers the forward
             # does not reach stay unbuilt, and are not counted)
-            sizes = rehearse(twin, example_inputs, kwargs, own=True).sizes
-            for layer, found in sizes.items():  # (in blocks the rehearsal skipped: _memo)
+            learnt = rehearse(twin, example_inputs, kwargs)
+            for layer, found in learnt.sizes.items():
                 if isinstance(layer, LazyLayer) and is_unbuilt(layer):
                     layer._lazynn_build(found)
                     finish(layer)
+            for module, (a, k) in learnt.inputs.items():  # (torch's lazy modules, mixins)
+                if is_unbuilt(module):
+                    with torch.device("meta"):
+                        build_lazy_module(module, a, k)
         state = [t for t in _unique(twin.parameters(), twin.buffers()) if not is_placeholder(t)]
         trainable = [
             p for p in _unique(twin.parameters()) if p.requires_grad and not is_placeholder(p)

@@ -2,7 +2,8 @@
 
 Data first, rendering second: :func:`summary` returns a frozen :class:`Summary`, the data of
 ``report.py`` with the renderings of ``render.py`` (a table, markdown or JSON). Nothing is
-allocated and the model is not changed (the meta rehearsal runs a twin of it).
+allocated, and the model is as it was after (the meta rehearsal runs the model itself and puts
+back what it changed).
 
 A symbolic batch (``Spec(("B", 3, 224, 224))``, ``--input Bx3x224x224``) is found as Keras
 finds its ``None``: the model runs twice, with batches of 2 and 3; a dimension that follows the

@@ -1,0 +1,546 @@
+"""The rehearsal's contract (docs/design.md, "The rehearsal runs the model itself"): during
+``build`` and ``summary``, the user's Python (forward, hooks, the functions they call) sees
+what an eager forward of the same model sees: the same module objects (identity, ``id()``,
+``type()``), shared lists, dicts, sets, closures and attributes, global and module hooks, every
+call in order; what it writes to shared state is seen by what runs later in the same forward;
+afterwards the model and the state it reaches are as they were.
+
+Each model here is run three ways and compared: eager (sizes written in), ``lazynn.build``
+(sizes learnt by the rehearsal), ``lazynn.summary`` (its table's output shape); the state the
+forward shares is checked unchanged by the rehearsal.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import lazynn
+
+# --- shared state between blocks, one model per case -----------------------------------------
+
+
+class FeatureList(nn.Module):
+    """Blocks append their features to a list the model holds and concatenates (a U-Net's
+    skip list, a feature pyramid's outputs)."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.features: list[torch.Tensor] = []
+        self.blocks = nn.ModuleList(_Append(self.features, lazy) for _ in range(3))
+        self.head = lazynn.LazyLinear(2) if lazy else nn.Linear(12, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.features.clear()
+        for block in self.blocks:
+            x = block(x)
+        return self.head(torch.cat(self.features, dim=-1))  # type: ignore[no-any-return]
+
+
+class _Append(nn.Module):
+    def __init__(self, features: list[torch.Tensor], lazy: bool) -> None:
+        super().__init__()
+        self.features = features  # the model's own list, shared
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(x)
+        self.features.append(out)
+        return out  # type: ignore[no-any-return]
+
+
+class SharedCache(nn.Module):
+    """One block writes a tensor to a dict the blocks share; a later block reads it (a
+    cache of a shape, or of an earlier output)."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        cache: dict[str, torch.Tensor] = {}
+        self.writer = _Writer(cache, lazy)
+        self.reader = _Reader(cache, lazy)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.reader(self.writer(x))  # type: ignore[no-any-return]
+
+
+class _Writer(nn.Module):
+    def __init__(self, cache: dict[str, torch.Tensor], lazy: bool) -> None:
+        super().__init__()
+        self.cache = cache
+        self.fc = lazynn.LazyLinear(8) if lazy else nn.Linear(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(x)
+        self.cache["skip"] = out
+        return out  # type: ignore[no-any-return]
+
+
+class _Reader(nn.Module):
+    def __init__(self, cache: dict[str, torch.Tensor], lazy: bool) -> None:
+        super().__init__()
+        self.cache = cache
+        self.fc = lazynn.LazyLinear(2) if lazy else nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.cat([x, self.cache["skip"]], dim=-1))  # type: ignore[no-any-return]
+
+
+#: a registry keyed by id(block), filled in __init__, outside the model
+WIDTHS: dict[int, int] = {}
+
+
+class IdRegistry(nn.Module):
+    """Blocks look their widths up by ``id(self)`` in a global registry (filled in
+    ``__init__``) and in one the model holds."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.by_id: dict[int, int] = {}
+        self.blocks = nn.ModuleList(_Registered(self.by_id, lazy, i) for i in range(3))
+        for i, block in enumerate(self.blocks):
+            WIDTHS[id(block)] = 4 + i
+            self.by_id[id(block)] = i + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class _Registered(nn.Module):
+    def __init__(self, by_id: dict[int, int], lazy: bool, i: int) -> None:
+        super().__init__()
+        self.by_id = by_id
+        # (what the eager layer takes: the block before's width, repeated i + 1 times)
+        self.fc = lazynn.LazyLinear(4 + i) if lazy else nn.Linear((4, 8, 15)[i], 4 + i)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.fc.out_features == WIDTHS[id(self)]
+        return self.fc(x.repeat(1, self.by_id[id(self)]))  # type: ignore[no-any-return]
+
+
+class CountedCalls(nn.Module):
+    """Identical blocks count their calls in a global counter; a later block's width depends
+    on it (the memo of repeated blocks skipped the counting)."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*(_Counter(lazy, i) for i in range(4)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS[0] = 0
+        return self.blocks(x)  # type: ignore[no-any-return]
+
+
+CALLS = [0]
+
+
+class _Counter(nn.Module):
+    def __init__(self, lazy: bool, i: int) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(4 * max(i, 1), 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS[0] += 1
+        return self.fc(x.repeat(1, max(CALLS[0] - 1, 1)))  # type: ignore[no-any-return]
+
+
+class CachesOutput(nn.Module):
+    """Each block caches its output on itself; the next block reads the cache of the block
+    before it (and so widens)."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*(_Cached(lazy, i) for i in range(4)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        previous: _Cached | None = None
+        for block in self.blocks:
+            x = block(x, previous)
+            previous = block
+        return x
+
+
+class _Cached(nn.Module):
+    def __init__(self, lazy: bool, i: int) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(4 if i == 0 else 8, 4)
+        self.out: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, previous: _Cached | None) -> torch.Tensor:
+        if previous is not None and previous.out is not None:
+            x = torch.cat([x, previous.out], dim=-1)
+        self.out = self.fc(x)
+        return self.out
+
+
+class BranchesOnType(nn.Module):
+    """A forward that dispatches on ``type()`` of a module in a later identical block."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(
+            *(nn.Sequential(lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4), nn.GELU())
+              for _ in range(3))
+        )  # fmt: skip
+        self.head = lazynn.LazyLinear(2) if lazy else nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(x)
+        if type(self.blocks[2][1]) is nn.GELU:  # (not isinstance: exactly the class)
+            x = torch.cat([x, x], dim=-1)
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+#: name -> (factory(lazy), example shape, the eager output shape)
+MODELS: dict[str, tuple[Callable[[bool], nn.Module], tuple[int, ...]]] = {
+    "feature-list": (FeatureList, (2, 4)),
+    "shared-cache": (SharedCache, (2, 4)),
+    "id-registry": (IdRegistry, (2, 4)),
+    "counted-calls": (CountedCalls, (2, 4)),
+    "caches-output": (CachesOutput, (2, 4)),
+    "branches-on-type": (BranchesOnType, (2, 4)),
+}
+
+
+def _same_values(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(
+        sa[k].shape == sb[k].shape and torch.equal(sa[k], sb[k]) for k in sa
+    )
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_build_equals_the_eager_model(name: str) -> None:
+    factory, shape = MODELS[name]
+    torch.manual_seed(0)
+    eager = factory(False)
+    x = torch.randn(shape)
+    expected = eager(x)
+    torch.manual_seed(0)
+    built = lazynn.build(factory(True), shape)
+    assert _same_values(built, eager)
+    assert torch.equal(built(x), expected)
+    torch.manual_seed(0)
+    assert _same_values(lazynn.build(factory, shape), eager)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_summary_reports_the_eager_output(name: str) -> None:
+    factory, shape = MODELS[name]
+    eager = factory(False)
+    out = eager(torch.randn(shape))
+    for target in (factory(True), eager, factory):
+        report = lazynn.summary(target, shape)
+        assert report.rows[0].outputs[0].shape == tuple(out.shape), target
+        assert report.total_parameters == sum(p.numel() for p in eager.parameters())
+
+
+def _graph(model: nn.Module) -> dict[str, Any]:
+    """The Python state the forward shares: each module's attributes (tensors by identity),
+    the lists and dicts they hold, copied one level down."""
+    out: dict[str, Any] = {}
+    for path, module in model.named_modules():
+        for key, value in vars(module).items():
+            if isinstance(value, (list, dict)):
+                out[f"{path}:{key}"] = copy.copy(value)
+            elif isinstance(value, (torch.Tensor, nn.Module)) or value is None:
+                out[f"{path}:{key}"] = id(value)
+            elif isinstance(value, (int, float, str, bool)):
+                out[f"{path}:{key}"] = value
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_model_is_as_it_was_after_a_rehearsal(name: str) -> None:
+    factory, shape = MODELS[name]
+    for model in (factory(True), factory(False)):
+        before = _graph(model)
+        rng = torch.get_rng_state()
+        lazynn.summary(model, shape)
+        assert _graph(model) == before
+        assert torch.equal(torch.get_rng_state(), rng)
+
+
+# --- hooks -------------------------------------------------------------------------------------
+
+
+def test_a_global_hook_sees_every_call_in_order() -> None:
+    """A global forward hook (a profiler's) sees the model's own modules, every call of each,
+    in the eager order: the four identical blocks are all run."""
+
+    def make(lazy: bool) -> nn.Module:
+        return nn.Sequential(
+            *(nn.Sequential(lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4), nn.GELU())
+              for _ in range(4))
+        )  # fmt: skip
+
+    seen: list[tuple[int, str]] = []
+
+    def hook(module: nn.Module, args: Any, out: Any) -> None:
+        seen.append((id(module), type(module).__name__))
+
+    eager = make(False)
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        eager(torch.randn(2, 4))
+        expected = list(seen)
+        seen.clear()
+        model = make(True)
+        lazynn.summary(model, (2, 4))
+        in_summary = list(seen)
+        seen.clear()
+        lazynn.build(model, (2, 4))
+        in_build = list(seen)
+    finally:
+        handle.remove()
+    ids = {id(m): p for p, m in model.named_modules()}
+    eager_ids = {id(m): p for p, m in eager.named_modules()}
+    as_paths = [(eager_ids[i], k) for i, k in expected]
+    assert [(ids[i], k) for i, k in in_summary] == as_paths
+    assert [(ids[i], k) for i, k in in_build] == as_paths
+
+
+# --- functions and modes blocks share ---------------------------------------------------------
+
+
+def test_blocks_reaching_one_module_through_a_shared_function_each_run() -> None:
+    """Blocks alike but for a function they share that calls one module of the model (a
+    router, a gate, whose counter picks the expert): each call reaches that module."""
+
+    class Router(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.experts = nn.ModuleList(lazynn.LazyLinear(8) for _ in range(3))
+            self.k = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.k += 1
+            return self.experts[(self.k - 1) % 3](x)  # type: ignore[no-any-return]
+
+    class Block(nn.Module):
+        def __init__(self, route: Any) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.route = route
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.route(self.fc(x))  # type: ignore[no-any-return]
+
+    class Net(nn.Module):
+        def __init__(self, how: str) -> None:
+            super().__init__()
+            self.router = router = Router()
+
+            def route(x: torch.Tensor) -> torch.Tensor:
+                return router(x)  # type: ignore[no-any-return]
+
+            shared = {
+                "closure": route,
+                "method": router.__call__,
+                "partial": functools.partial(router),
+            }
+            self.blocks = nn.ModuleList(Block(shared[how]) for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    for how in ("closure", "method", "partial"):
+        report = lazynn.summary(Net(how), (2, 8))
+        calls = {r.path: r.calls for r in report.rows if r.path.startswith("router")}
+        assert calls == {
+            "router": 3,
+            "router.experts": 0,
+            **{f"router.experts.{i}": 1 for i in range(3)},
+        }, how
+        built = lazynn.build(Net(how), (2, 8))
+        assert [e.in_features for e in built.router.experts] == [8, 8, 8]
+
+
+def test_each_block_runs_in_its_own_mode() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            return y if self.training else y[:, :2]
+
+    model = nn.Sequential(Block(), Block(), lazynn.LazyLinear(3))
+    model[1].eval()
+    assert lazynn.build(model, (2, 8))[2].in_features == 2
+
+
+# --- threads -----------------------------------------------------------------------------------
+
+
+def test_another_thread_sees_real_tensors_while_a_lazy_model_rehearses() -> None:
+    """The rehearsal sees the model's tensors as meta on its own thread only: another thread
+    reading them meanwhile reads the real ones (forced: the forward waits on events)."""
+    reached, go = threading.Event(), threading.Event()
+
+    class Pause(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.is_meta:
+                reached.set()
+                assert go.wait(30)
+            return x
+
+    model = nn.Sequential(nn.Linear(4, 4), Pause(), lazynn.LazyLinear(2))
+    weight = model[0].weight
+    thread = threading.Thread(target=lambda: lazynn.summary(model, (2, 4)))
+    thread.start()
+    try:
+        assert reached.wait(30)
+        assert not weight.is_meta
+        assert model[0].weight is weight
+        assert model[0](torch.ones(1, 4)).shape == (1, 4)  # a real forward, meanwhile
+    finally:
+        go.set()
+        thread.join(30)
+    assert lazynn.is_lazy(model[2])
+
+
+def test_a_build_whose_forward_runs_blocks_on_other_threads_finishes() -> None:
+    """A forward that runs blocks on worker threads, in a build (whose thread holds the build
+    lock throughout): the workers' calls run under the rehearsal's device (their blocks'
+    tensors seen as meta), and are recorded."""
+
+    class Branch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Sequential(nn.Linear(8, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.branches = nn.ModuleList(Branch() for _ in range(3))
+            self.head = lazynn.LazyLinear(2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            outs = [pool.submit(b, x[: i + 1]).result(30) for i, b in enumerate(self.branches)]
+            return self.head(torch.cat(outs))  # type: ignore[no-any-return]
+
+    try:
+        done: list[nn.Module] = []
+        thread = threading.Thread(target=lambda: done.append(lazynn.build(Net(), (3, 8))))
+        thread.start()
+        thread.join(60)
+        assert done, "the build did not finish"
+        assert done[0].head.in_features == 8
+    finally:
+        pool.shutdown(wait=False)
+
+
+# --- generated forwards that share state between blocks ---------------------------------------
+
+#: how a block touches the state it shares: (name, what it does with x and the shared state)
+_KINDS = ("list", "dict", "counter", "id-registry", "previous-output", "hook")
+
+
+class _Shared(nn.Module):
+    """Blocks that share Python state one way each (a list, a dict, a counter, a registry by
+    id, the previous block's output, a hook that widens the input) and so widen their input
+    by what they read."""
+
+    def __init__(self, kinds: list[str], widths: list[int]) -> None:
+        super().__init__()
+        self.state: dict[str, Any] = {"list": [], "dict": {}, "counter": [0], "ids": {}}
+        self.blocks = nn.ModuleList(
+            _SharedBlock(kind, width, self.state) for kind, width in zip(kinds, widths, strict=True)
+        )
+        for i, block in enumerate(self.blocks):
+            self.state["ids"][id(block)] = i % 2 + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state["list"].clear()
+        self.state["dict"].clear()
+        self.state["counter"][0] = 0
+        previous = None
+        for block in self.blocks:
+            x, previous = block(x, previous), x
+        return x
+
+
+class _SharedBlock(nn.Module):
+    def __init__(self, kind: str, width: int, state: dict[str, Any]) -> None:
+        super().__init__()
+        self.kind, self.state = kind, state
+        self.fc = lazynn.LazyLinear(width)
+        if kind == "hook":
+            self.register_forward_pre_hook(_widen_hook)
+
+    def forward(self, x: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+        state, kind = self.state, self.kind
+        if kind == "list":
+            state["list"].append(x)
+            x = torch.cat(state["list"], dim=-1)
+        elif kind == "dict":
+            if "last" in state["dict"]:
+                x = torch.cat([x, state["dict"]["last"]], dim=-1)
+            state["dict"]["last"] = x
+        elif kind == "counter":
+            state["counter"][0] += 1
+            x = x.repeat(1, state["counter"][0])
+        elif kind == "id-registry":
+            x = x.repeat(1, state["ids"][id(self)])
+        elif kind == "previous-output" and previous is not None:
+            x = torch.cat([x, previous], dim=-1)
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+def _widen_hook(block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    x, previous = args
+    return (torch.cat([x, x], dim=-1), previous)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(st.sampled_from(_KINDS), min_size=2, max_size=5),
+    widths=st.lists(st.integers(1, 5), min_size=5, max_size=5),
+)
+def test_generated_shared_state_forwards_build_and_summarize_as_eager(
+    kinds: list[str], widths: list[int]
+) -> None:
+    widths = widths[: len(kinds)]
+    x = torch.randn(2, 3)
+    model = _Shared(kinds, widths)
+    after_construction = torch.get_rng_state()
+    # The eager program: a first call runs the forward once, for real, on a deep copy (whose
+    # registry deepcopy keeps keyed by the original blocks' ids: rekeyed), drawing the
+    # weights eager construction draws from here.
+    reference = copy.deepcopy(model)
+    reference.state["ids"] = {id(b): i % 2 + 1 for i, b in enumerate(reference.blocks)}
+    expected = reference(x)
+    torch.set_rng_state(after_construction)
+    before = (list(model.state["list"]), dict(model.state["dict"]), list(model.state["counter"]))
+    report = lazynn.summary(model, (2, 3))
+    assert report.rows[0].outputs[0].shape == tuple(expected.shape)
+    assert report.total_parameters == sum(p.numel() for p in reference.parameters())
+    assert (
+        list(model.state["list"]),
+        dict(model.state["dict"]),
+        list(model.state["counter"]),
+    ) == before
+    assert torch.equal(torch.get_rng_state(), after_construction)
+    built = lazynn.build(model, (2, 3))
+    assert _same_values(built, reference)
+    assert torch.equal(built(x), expected)
