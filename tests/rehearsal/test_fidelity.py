@@ -544,3 +544,34 @@ def test_generated_shared_state_forwards_build_and_summarize_as_eager(
     built = lazynn.build(model, (2, 3))
     assert _same_values(built, reference)
     assert torch.equal(built(x), expected)
+
+
+# --- what torch's kernels refuse ---------------------------------------------------------------
+
+
+class _SubtractsMask(nn.Module):
+    """A mask inverted with ``-`` (torch refuses it: ``~`` or ``logical_not()``)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.fc = lazynn.LazyLinear(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x > 0
+        inverted = {"bool - 1": mask - 1, "1 - bool": 1 - mask, "float - bool": x - mask}
+        return self.fc(x * inverted[self.how])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("how", ["bool - 1", "1 - bool", "float - bool"])
+def test_a_forward_torch_refuses_is_refused_by_build_and_summary(how: str) -> None:
+    """The meta kernels take a bool subtraction; torch's real kernels refuse it, and so do
+    ``build`` and ``summary``, in torch's words, naming the module."""
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool") as eager:
+        _SubtractsMask(how)(torch.randn(2, 4))
+    model = _SubtractsMask(how)
+    for run in (lambda: lazynn.build(model, (2, 4)), lambda: lazynn.summary(model, (2, 4))):
+        with pytest.raises(lazynn.InferenceError, match=r"_SubtractsMask \(root\)") as info:
+            run()
+        assert str(eager.value) in str(info.value)
+        assert lazynn.is_lazy(model)

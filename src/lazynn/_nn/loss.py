@@ -19,10 +19,11 @@ __all__ = ["LazyAdaptiveLogSoftmaxWithLoss", "LazyLinearCrossEntropyLoss"]
 _LAST = Infer(dim=-1)
 
 LazyAdaptiveLogSoftmaxWithLoss = lazy(nn.AdaptiveLogSoftmaxWithLoss, in_features=_LAST)
-LazyAdaptiveLogSoftmaxWithLoss.__doc__ = """``nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes,
-cutoffs, ...)`` with ``in_features`` read from the input's last dimension, ``(N, in_features)`` or
-``(in_features,)``. Other arguments as ``nn.AdaptiveLogSoftmaxWithLoss``'s. Built by a call only
-(its forward selects rows by value).
+LazyAdaptiveLogSoftmaxWithLoss.__doc__ = """
+``nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, ...)`` with ``in_features``
+read from the input's last dimension, ``(N, in_features)`` or ``(in_features,)``. Other
+arguments as ``nn.AdaptiveLogSoftmaxWithLoss``'s. Built by a call only (its forward selects
+rows by value).
 
 >>> import torch, lazynn
 >>> asm = lazynn.LazyAdaptiveLogSoftmaxWithLoss(10, cutoffs=[4])

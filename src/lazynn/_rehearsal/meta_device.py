@@ -1,5 +1,6 @@
 """The rehearsal's device: what a forward creates without a device is meta, the model's real
-tensors are seen as meta, and a draw on a real device is noticed.
+tensors are seen as meta, what the real kernels refuse is refused (``kernel_checks.py``), and a
+draw on a real device is noticed.
 
 A rehearsal runs the forward under ``torch.device("meta")``, so ``torch.rand(shape)`` makes a
 meta tensor and draws nothing. A forward may still draw on a real device, naming it
@@ -34,6 +35,7 @@ import torch
 from torch.utils._device import DeviceContext
 from torch.utils.flop_counter import FlopCounterMode
 
+from .kernel_checks import refused
 from .shapes import answer, flops
 from .stand_ins import StandIns
 
@@ -128,6 +130,9 @@ class MetaDevice(DeviceContext):
     def _call(
         self, func: Any, types: Any, name: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        error = refused(func, args, kwargs)  # (what the real kernels refuse, meta may not)
+        if error is not None:
+            raise error
         if not self.drew and name in _DRAWS:
             self.drew = _on_a_device(args, kwargs)
         if (

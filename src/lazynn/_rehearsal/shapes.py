@@ -96,11 +96,12 @@ def _binary(divide: bool = False, subtract: bool = False) -> Callable[..., Tenso
             if isinstance(x, Tensor):
                 shapes.append(row_major(x).shape)
                 check(not x.dtype.is_complex)
+                check(not (subtract and x.dtype is torch.bool))  # (torch refuses it)
             else:
                 check(type(x) in NUMBER)
+                check(not (subtract and type(x) is bool))
         check(bool(shapes))
         dtype = torch.result_type(a, b)
-        check(not (subtract and dtype is torch.bool))
         if divide and not dtype.is_floating_point:
             dtype = torch.get_default_dtype()
         shape = _broadcast(shapes[0], shapes[-1]) if len(shapes) == 2 else shapes[0]
