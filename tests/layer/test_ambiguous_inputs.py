@@ -7,7 +7,10 @@ summary's row."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -95,8 +98,11 @@ def test_a_failure_after_an_unbatched_reading_says_where_it_began() -> None:
     assert lazynn.is_lazy(model[0])
 
 
-def test_summary_row_carries_the_note() -> None:
-    summary = lazynn.summary(_resnet_stem(), (1, 32, 32, 3))
+@pytest.mark.parametrize("form", ["instance", "factory"])
+def test_summary_row_carries_the_note(form: str) -> None:
+    """Of a model or of a factory (whose model the summary builds on meta first)."""
+    target = _resnet_stem() if form == "instance" else _resnet_stem
+    summary = lazynn.summary(target, (1, 32, 32, 3))
     row = next(r for r in summary.rows if r.path == "0")
     assert "channels-last" in row.note
     assert all(not r.note for r in summary.rows if r.path != "0")
@@ -105,6 +111,31 @@ def test_summary_row_carries_the_note() -> None:
     assert "! LazyConv2d at '0' reads in_channels=32 from dimension 1 of (1, 32, 32, 3)" in table
     assert json.loads(summary.render(format="json"))["rows"][1]["note"] == row.note
     assert "- LazyConv2d at '0' reads" in summary.render(format="markdown")
+
+
+def test_every_door_marks_the_reading(tmp_path: Any) -> None:
+    """The command line (which summarizes a factory) marks the row and prints the note; build
+    of an instance or a factory, and a first call, warn it."""
+    script = tmp_path / "stem.py"
+    script.write_text(
+        "import lazynn\nfrom torch import nn\n\n"
+        "def stem():\n    return nn.Sequential(lazynn.LazyConv2d(8, 3), lazynn.LazyBatchNorm2d())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "lazynn", "summary", f"{script}:stem", "--input", "1x32x32x3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "0 (LazyConv2d -> Conv2d) !" in out
+    assert "! LazyConv2d at '0' reads in_channels=32" in out
+    for door in (
+        lambda: lazynn.build(_resnet_stem(), (1, 32, 32, 3)),
+        lambda: lazynn.build(_resnet_stem, (1, 32, 32, 3)),
+        lambda: _resnet_stem()(torch.randn(1, 32, 32, 3)),
+    ):
+        with pytest.warns(lazynn.AmbiguousInputWarning, match="channels-last"):
+            door()
 
 
 def test_warning_can_be_silenced_where_the_reading_is_meant() -> None:

@@ -575,3 +575,33 @@ def test_a_forward_torch_refuses_is_refused_by_build_and_summary(how: str) -> No
             run()
         assert str(eager.value) in str(info.value)
         assert lazynn.is_lazy(model)
+
+
+# --- the figures are the model's --------------------------------------------------------------
+
+
+class _GrowsItsBuffer(nn.Module):
+    """timm's ConViT: a non-persistent buffer the forward replaces by one of the input's size
+    (its relative positions, computed at the first call)."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(8, 4)
+        self.register_buffer("rel_indices", torch.zeros(1, 1, 1, 3), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        if self.rel_indices.shape[1] != n:
+            self.rel_indices = torch.zeros(1, n, n, 3, device=x.device)
+        return self.fc(x) + self.rel_indices.sum()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("form", ["instance", "factory"])
+def test_the_summarys_figures_are_the_models_not_the_forwards(form: str) -> None:
+    """The summary's totals equal the model's as built: a buffer the forward replaces counts
+    as the model holds it."""
+    target = _GrowsItsBuffer() if form == "instance" else _GrowsItsBuffer
+    report = lazynn.summary(target, (2, 16, 8))
+    built = lazynn.build(_GrowsItsBuffer, (2, 16, 8))
+    assert report.buffer_bytes == sum(b.nbytes for b in built.buffers()) == 12
+    assert report.total_parameters == sum(p.numel() for p in built.parameters())

@@ -73,8 +73,9 @@ class FactoryRecipe:
     outside: dict[str, dict[str, Any]]
     #: the dtype the model is converted to after its construction, or None
     dtype: torch.dtype | None = None
-    #: why a lazy layer's reading of its input may not be the one meant (``Rehearsal.notes``)
-    notes: tuple[str, ...] = ()
+    #: path -> why a lazy layer's reading of its input may not be the one meant
+    #: (``Rehearsal.notes``)
+    notes: dict[str, str] = field(default_factory=dict)
     #: the draft's eager modules by path: their class and own tensors' shapes (the real run
     #: must construct the same)
     layout: Layout = ()
@@ -152,7 +153,7 @@ def learn(
         for path, m in model.named_modules()
         if isinstance(m, LazyLayer) and m in rehearsal.sizes and not _constructed(m)
     }
-    notes = tuple(rehearsal.notes.values())
+    notes = dict(rehearsal.notes)
     lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
     return FactoryRecipe(
         factory,
@@ -306,17 +307,17 @@ def build_factory(
             "lazynn.lazy(cls)), constructed inside the factory",
             stacklevel=3,
         )
-    warn_notes(recipe.notes)
+    warn_notes(recipe.notes.values())
     return model
 
 
 def on_meta(
     factory: Callable[[], Any], examples: tuple[Any, ...], kw_examples: dict[str, Any], where: str
-) -> tuple[nn.Module, dict[str, str]]:
+) -> tuple[nn.Module, dict[str, str], dict[str, str]]:
     """The model ``lazynn.build(factory, *examples, device="meta")`` makes (a lazy layer the
-    examples do not reach left unbuilt), and the class name of each lazy module it had, by
-    path: what a summary describes. Moves no generator; the build's warnings are left to
-    ``lazynn.build``."""
+    examples do not reach left unbuilt), the class name of each lazy module it had, and why a
+    lazy layer's reading of its input may not be the one meant, by path: what a summary
+    describes (the build's own warnings are ``lazynn.build``'s). Moves no generator."""
     others = OtherRandom()  # (torch's generators: on meta, the construction is recorded)
     try:
         model, recipe = _realized(
@@ -324,4 +325,4 @@ def on_meta(
         )
     finally:
         others.restore()  # (numpy's or Python's draws of the code, if it made any)
-    return model, recipe.lazy_types
+    return model, recipe.lazy_types, recipe.notes

@@ -169,10 +169,11 @@ def summary(
         )
     if training:  # an unknown or refused optimizer, before anything runs
         optimizer_class(optimizer)
-    lazy_types = None  # (a factory's model is built on meta: its lazy classes, by path)
+    lazy_types = None  # (a factory's model is built on meta: its lazy classes, by path,
+    notes: dict[str, str] = {}  # and what its lazy layers read that may not be meant)
     if is_factory(model):
         sized = {k: _substituted(v, _TRIES[0]) for k, v in example_kwargs.items()}
-        model, lazy_types = on_meta(
+        model, lazy_types, notes = on_meta(
             model,
             tuple(_substituted(v, _TRIES[0]) for v in example_inputs),
             sized,
@@ -185,7 +186,7 @@ def summary(
         rehearsal = rehearse(
             model, example_inputs, example_kwargs, training=train, count_flops=True
         )
-        report = _collect(model, rehearsal, mode, None, None, lazy_types)
+        report = _collect(model, rehearsal, mode, None, None, lazy_types, notes)
         if training:
             memory = _estimate(model, example_inputs, example_kwargs, optimizer)
             report = dataclasses.replace(report, memory=memory)
@@ -207,7 +208,7 @@ def summary(
         "FLOPs",
         batch,
     )
-    report = _collect(model, runs[0], mode, batch, runs[1], lazy_types)
+    report = _collect(model, runs[0], mode, batch, runs[1], lazy_types, notes)
     if training:  # per sample: activations are linear in the batch, the rest does not change
         # (an LSTM's oneDNN workspace without its page rounding: per sample, linear)
         estimates = [_estimate(model, a, k, optimizer, paged=False) for a, k in tries]
@@ -250,10 +251,14 @@ def _collect(
     batch: str | None,
     other: Rehearsal | None,
     lazy_types: dict[str, str] | None = None,
+    notes: dict[str, str] | None = None,
 ) -> Summary:
     """The Summary of ``rehearsal`` (and, with a symbolic batch, of ``other``, at a second
     batch size: shapes merged, FLOPs per sample); ``lazy_types``: the lazy class of each
-    module that was lazy, by path (by default, those of ``model``)."""
+    module that was lazy, by path (by default, those of ``model``); ``notes``: what a lazy
+    layer read that may not be meant, by path, where the model was built before the
+    rehearsal (a factory's, on meta), besides the rehearsal's own."""
+    notes = {**(notes or {}), **rehearsal.notes}
     if lazy_types is None:
         lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
     shape: Callable[
@@ -304,7 +309,7 @@ def _collect(
                 calls=call.count if call else 0,
                 flops=flops(path),
                 tied=tied,
-                note=rehearsal.notes.get(path, ""),
+                note=notes.get(path, ""),
             )
         )
         total += sum(i.numel for i in params)
