@@ -2,15 +2,15 @@
 
 A rehearsal runs on meta, where many of torch's kernels check shapes but not what the real
 kernels check besides: ``bool_mask - 1`` ("Subtraction ... with a bool tensor is not
-supported"), ``F.silu`` of integers, ``F.softmax`` along a dimension the tensor lacks, a
-convolution's bias of the wrong size, a transposed convolution's input of the wrong channels,
-an adaptive pooling of an empty dimension, ``torch.arange`` of bools. A build that passed them
-would return a model whose first real forward raises, and a summary would print shapes for
-it. So the rehearsal's device mode asks :func:`refused` first, for the functions the
-formulas answer (``shapes.py``): where a rule says the real kernel refuses the call, the call
-is made on the CPU, on zero-strided stand-ins of the arguments (no memory; where the kernel
-takes another path for them, on zeros of the arguments' shapes, up to 4M elements), and
-torch's own error is raised, in torch's words.
+supported"), ``F.silu`` of integers, an integer tensor to a negative power, ``F.softmax``
+along a dimension the tensor lacks, a convolution's bias of the wrong size, a transposed
+convolution's input of the wrong channels, an adaptive pooling of an empty dimension,
+``torch.arange`` of bools. A build that passed them would return a model whose first real
+forward raises, and a summary would print shapes for it. So the rehearsal's device mode asks
+:func:`refused` first, for the functions the formulas answer (``shapes.py``): where a rule
+says the real kernel refuses the call, the call is made on the CPU, on zero-strided stand-ins
+of the arguments (no memory; where the kernel takes another path for them, on zeros of the
+arguments' shapes, up to 4M elements), and torch's own error is raised, in torch's words.
 
 Only checks that hold on every device are rules here (a dtype a kernel has no
 implementation for, an operator refused for bools, shapes); what one device's kernels accept
@@ -61,6 +61,23 @@ def _bool_input(t: Any, *_: Any, **__: Any) -> bool:
 def _subtracts_bool(a: Any, b: Any, *_: Any, **__: Any) -> bool:
     """A subtraction with a bool tensor or a Python bool on either side."""
     return any(_dtype(x) is torch.bool or isinstance(x, bool) for x in (a, b))
+
+
+def _power(base: Any, exponent: Any, *_: Any, **__: Any) -> bool:
+    """A power of bools, or an integer tensor to a negative integer's power (a number: its
+    value is known)."""
+    if _dtype(base) in _INTEGERS and type(exponent) is int and exponent < 0:
+        return True
+    return torch.result_type(base, exponent) is torch.bool
+
+
+def _reverse_power(t: Any, base: Any, *_: Any, **__: Any) -> bool:
+    return _power(base, t)
+
+
+def _rounded_bools(a: Any, b: Any, *, rounding_mode: Any = None) -> bool:
+    """A division of bools with a rounding mode (there is no rounding kernel for them)."""
+    return rounding_mode is not None and torch.result_type(a, b) is torch.bool
 
 
 def _softmax(t: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> bool:
@@ -164,6 +181,15 @@ _RULES: dict[Any, Callable[..., bool]] = {
     Tensor.sub: _subtracts_bool,
     Tensor.__sub__: _subtracts_bool,
     Tensor.__rsub__: _subtracts_bool,
+    torch.pow: _power,
+    Tensor.pow: _power,
+    Tensor.__pow__: _power,
+    Tensor.__rpow__: _reverse_power,
+    torch.neg: _bool_input,
+    Tensor.neg: _bool_input,
+    Tensor.__neg__: _bool_input,
+    torch.div: _rounded_bools,
+    Tensor.div: _rounded_bools,
     F.softmax: _softmax,
     Tensor.softmax: _method_softmax,
     F.linear: _linear,
@@ -215,7 +241,7 @@ def refused(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseExc
         return None
     try:
         refuses = rule(*args, **kwargs)
-    except (TypeError, ValueError, IndexError):  # (arguments the rule cannot read: torch's)
+    except (TypeError, ValueError, IndexError, RuntimeError):  # (arguments it cannot read)
         return None
     if not refuses:
         return None

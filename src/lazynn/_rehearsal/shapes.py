@@ -114,6 +114,55 @@ def _swapped(formula: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return lambda a, b: formula(b, a)
 
 
+def _negative(t: Any) -> Tensor:
+    t = row_major(t)
+    check(t.dtype is not torch.bool and not t.dtype.is_complex)  # (torch refuses bools)
+    return like(t)
+
+
+def _power(a: Any, b: Any) -> Tensor:
+    """``a ** b`` of floating tensors and numbers (integer powers have value rules)."""
+    shapes = []
+    for x in (a, b):
+        if isinstance(x, Tensor):
+            shapes.append(floating(x).shape)
+        else:
+            check(type(x) in (int, float))
+    check(bool(shapes))
+    shape = _broadcast(shapes[0], shapes[-1]) if len(shapes) == 2 else shapes[0]
+    return empty(shape, torch.result_type(a, b))
+
+
+def _divide(a: Any, b: Any, *, rounding_mode: Any = None) -> Tensor:
+    check(rounding_mode is None)
+    return _div(a, b)
+
+
+def _outer(a: Any, b: Any) -> Tensor:
+    a, b = row_major(a), row_major(b)
+    check(a.dim() == 1 and b.dim() == 1 and a.dtype == b.dtype and not a.dtype.is_complex)
+    check(a.dtype is not torch.bool)
+    return empty((a.shape[0], b.shape[0]), a.dtype)
+
+
+def _to(t: Any, *args: Any, **kwargs: Any) -> Tensor:
+    """``t.to(dtype)``: ``t`` itself where the dtype is its own, as torch returns it."""
+    t = row_major(t)
+    check(not kwargs.keys() - {"dtype"} and len(args) + len(kwargs) == 1)
+    dtype = args[0] if args else kwargs["dtype"]
+    check(isinstance(dtype, torch.dtype) and not dtype.is_complex and not t.dtype.is_complex)
+    return t if dtype == t.dtype else empty(t.shape, dtype)
+
+
+def _repeat_interleave(t: Any, repeats: Any, dim: Any = None, *, output_size: Any = None) -> Tensor:
+    t = row_major(t)
+    check(type(repeats) is int and repeats >= 0 and output_size is None and t.dim() > 0)
+    if dim is None:
+        return empty((t.numel() * repeats,), t.dtype)
+    d = dim_index(dim, t.dim())
+    return empty((*t.shape[:d], t.shape[d] * repeats, *t.shape[d + 1 :]), t.dtype)
+
+
 # --- normalizations, softmax, dropout -------------------------------------------------------
 def _softmax(t: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
     t = floating(t)
@@ -227,6 +276,8 @@ def _arange(*args: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 
 _ARANGED = FLOATS | {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
+#: unary functions of floating tensors whose output is the input's shape and dtype
+_FLOAT_UNARY = ("cos", "sin", "exp", "rsqrt", "sqrt", "log")
 _add, _sub, _mul, _div = _binary(), _binary(subtract=True), _binary(), _binary(divide=True)
 
 #: torch's function (as a function mode sees it) -> its formula
@@ -244,6 +295,20 @@ _FORMULAS: dict[Any, Callable[..., Tensor | tuple[Tensor, ...]]] = {
     Tensor.sigmoid: _unary,
     torch.tanh: _unary,
     Tensor.tanh: _unary,
+    **{f: _unary for name in _FLOAT_UNARY for f in (getattr(torch, name), getattr(Tensor, name))},
+    torch.neg: _negative,
+    Tensor.neg: _negative,
+    Tensor.__neg__: _negative,
+    torch.pow: _power,
+    Tensor.pow: _power,
+    Tensor.__pow__: _power,
+    Tensor.__rpow__: _swapped(_power),
+    torch.div: _divide,
+    Tensor.div: _divide,
+    torch.outer: _outer,
+    Tensor.to: _to,
+    Tensor.repeat_interleave: _repeat_interleave,
+    torch.repeat_interleave: _repeat_interleave,
     F.gelu: _gelu,
     torch.add: _add,
     Tensor.add: _add,
