@@ -389,14 +389,6 @@ def test_compiled_modules_call_the_lazy_protocol_eagerly_first() -> None:
     assert '"_initialize_hook"' in inspect.getsource(OptimizedModule._initialize)
 
 
-def test_removable_handles_keep_weak_references_to_their_dicts() -> None:
-    hooks: OrderedDict[int, Any] = OrderedDict()  # (as nn.Module's: weakly referable)
-    extra: OrderedDict[int, Any] = OrderedDict()
-    handle = RemovableHandle(hooks, extra_dict=extra)
-    assert handle.hooks_dict_ref() is hooks
-    assert [ref() for ref in handle.extra_dict_ref] == [extra]
-
-
 def test_op_schemas_tell_written_arguments_and_storages_have_an_identity() -> None:
     schema = torch.ops.aten.uniform_.default._schema
     assert schema.arguments[0].alias_info is not None

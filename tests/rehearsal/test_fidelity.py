@@ -263,11 +263,18 @@ def _graph(model: nn.Module) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", MODELS)
 def test_the_model_is_as_it_was_after_a_rehearsal(name: str) -> None:
+    """After a summary, and a summary with the training estimate (which runs the model's
+    forward again, on fake tensors: the same contract)."""
     factory, shape = MODELS[name]
+    size = 4 * sum(p.numel() for p in factory(False).parameters())
     for model in (factory(True), factory(False)):
         before = _graph(model)
         rng = torch.get_rng_state()
         lazynn.summary(model, shape)
+        assert _graph(model) == before
+        memory = lazynn.summary(model, shape, training=True).memory
+        assert memory is not None
+        assert memory.params == size
         assert _graph(model) == before
         assert torch.equal(torch.get_rng_state(), rng)
 

@@ -37,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .kernel_checks import refused
 from .shapes import answer, flops
-from .stand_ins import StandIns
+from .stand_ins import ATTRIBUTES, StandIns
 
 __all__ = ["MetaDevice"]
 
@@ -117,14 +117,15 @@ class MetaDevice(DeviceContext):
     ) -> Any:
         name = getattr(func, "__name__", None)
         seen = self.stand_ins
-        if name in _ATTRIBUTES:  # (a tensor's attribute read or set: nothing to make meta)
-            if seen is not None and args and seen.needs(args[0]):  # (a real one: its stand-in)
-                return seen.shown(func(seen.of(args[0]), *seen.seen(args[1:]), **(kwargs or {})))
-            return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
-        if seen is not None and name not in _AS_ITSELF:
-            args, kwargs = seen.seen(args), seen.seen(kwargs)
-            return seen.shown(self._call(func, types, name, args, kwargs))
+        if name in ATTRIBUTES:  # (a tensor's attribute read or set: nothing to make meta)
+            if seen is not None and args and seen.needs(args[0]):  # (the model's: its stand-in)
+                return seen.through(name, args, kwargs, lambda a, k: func(*a, **k))
+            return func(*args, **kwargs)
+        if seen is not None:
+            return seen.through(
+                name, args, kwargs, lambda a, k: self._call(func, types, name, a, k)
+            )
         return self._call(func, types, name, args, kwargs)
 
     def _call(

@@ -49,7 +49,6 @@ from .._layer.arguments import left_in_note
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
 from .._module.lifecycle import is_lazy_module, own_modes
-from .._module.placeholder import relocate
 from .._module.snapshot import OtherRandom, RandomState, Snapshot
 from .._module.state import BUILD_LOCK, Rehearsing, context, find_state
 from .._module.tensors import (
@@ -58,7 +57,6 @@ from .._module.tensors import (
     meta_like,
     own_slots,
     own_tensors,
-    raw,
     shapes,
 )
 from .collector import paused
@@ -67,10 +65,9 @@ from .failures import failure_of
 from .learnt import Call, Rehearsal, TensorInfo
 from .meta_device import MetaDevice
 from .spec import as_meta
-from .stand_ins import StandIns
-from .twin import rehearsal_only
+from .stand_ins import StandIns, placeholders_on_meta
 
-__all__ = ["apart", "rehearse", "warn_notes"]
+__all__ = ["apart", "first_paths", "rehearse", "warn_notes"]
 
 
 class _Run:
@@ -153,7 +150,6 @@ class _Run:
         self._local.device = device
         return True
 
-    @rehearsal_only
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         if not self._ours(a, k):
             return
@@ -165,7 +161,6 @@ class _Run:
                 self.inputs[module] = (a, k)
         self.calls[path].count += 1
 
-    @rehearsal_only
     def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
         stack = self._stack()
         if not stack or stack[-1][1] is not module:
@@ -313,7 +308,7 @@ def rehearse(
     # changes the model meanwhile, and its first calls wait; inference_mode(False): a
     # rehearsal inside the mode builds as outside it)
     with apart(), paused(), BUILD_LOCK, torch.inference_mode(False):
-        modules = _first_paths(model)
+        modules = first_paths(model)
         snapshot = Snapshot(model, reach=True)
         try:
             assert snapshot.reach is not None
@@ -365,7 +360,7 @@ def _rehearse(
     # The model's figures as they are (a forward that replaces a buffer does not change
     # them); those of its lazy layers' tensors, once the run has built them
     figures = {p: _tensor_infos(m) for p, m in modules.items()}
-    waiting = _placeholders_on_meta(modules)
+    waiting = placeholders_on_meta(modules)
     for module in modules.values():
         if training is not None:
             module.training = training
@@ -407,38 +402,7 @@ def _rehearse(
     )
 
 
-def _placeholders_on_meta(modules: dict[str, nn.Module]) -> dict[str, dict[str, int]]:
-    """Give each placeholder of ``modules`` (which the run's snapshot puts back) a meta
-    placeholder for the run, one per placeholder (ties hold), which its layer's build fills on
-    meta. Returns, for each module holding placeholders, by its path in the run's model, the
-    ``id()`` of the tensor in each of its slots before the run (what counts ties once)."""
-    made: dict[int, torch.Tensor] = {}
-
-    def on_meta(placeholder: torch.Tensor) -> torch.Tensor:
-        if raw(placeholder).is_meta:
-            return placeholder
-        found = made.get(id(placeholder))
-        if found is None:
-            found = made[id(placeholder)] = relocate(placeholder, "meta")
-        return found
-
-    held: dict[str, dict[str, int]] = {}
-    for path, module in modules.items():
-        slots = list(own_slots(module))
-        state = find_state(module)
-        if state is None and not any(is_placeholder(t) for _, _, t in slots):
-            continue
-        held[path] = {name: id(t) for _, name, t in slots}
-        for store, name, tensor in slots:
-            if is_placeholder(tensor):
-                store[name] = on_meta(tensor)
-        if state is not None:
-            for key, placeholder in state.placeholders.items():
-                state.placeholders[key] = on_meta(placeholder)
-    return held
-
-
-def _first_paths(model: nn.Module) -> dict[str, nn.Module]:
+def first_paths(model: nn.Module) -> dict[str, nn.Module]:
     """Each module of ``model`` by its first path (a module under two names: its first, as
     the summary's rows), in one walk."""
     seen: set[int] = set()

@@ -33,16 +33,17 @@ run, which its layer's build fills (``rehearse.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
 from .._module.placeholder import relocate
-from .._module.tensors import is_placeholder
+from .._module.state import find_state
+from .._module.tensors import is_placeholder, own_slots, raw
 
-__all__ = ["StandIns", "meta_version"]
+__all__ = ["ATTRIBUTES", "StandIns", "meta_version", "placeholders_on_meta"]
 
 
 def meta_version(tensor: torch.Tensor) -> torch.Tensor:
@@ -64,12 +65,28 @@ def meta_version(tensor: torch.Tensor) -> torch.Tensor:
     return meta
 
 
+#: the containers a call's arguments nest tensors in
+_NESTED = (tuple, list, dict)
+#: what a tensor's attribute read or write reaches a function mode as (``t.shape``: the
+#: descriptor's ``__get__``)
+ATTRIBUTES = frozenset({"__get__", "__set__"})
+#: what reads a tensor as the object it is (its hash is its identity; a copy of it is a copy
+#: of its values, as in eager code), not through its stand-in
+_AS_ITSELF = frozenset({"__hash__", "__deepcopy__", "__reduce_ex__", "__getstate__"})
+
+
 class StandIns:
     """The stand-ins of one rehearsal (see the module doc): ``of(t)`` makes or finds one,
     ``seen(args)`` replaces the real tensors of a call's arguments, ``shown(out)`` gives a
     stand-in back as its real tensor."""
 
-    def __init__(self, tensors: Iterable[torch.Tensor] = ()) -> None:
+    def __init__(
+        self,
+        tensors: Iterable[torch.Tensor] = (),
+        make: Callable[[torch.Tensor], torch.Tensor] = meta_version,
+    ) -> None:
+        #: how a stand-in is made (a meta one; the training estimate's: a fake CPU one)
+        self.make = make
         #: id -> the model's real tensors (kept: their ids are not reused while the run lasts)
         self._model: dict[int, torch.Tensor] = {}
         self.add(tensors)
@@ -93,29 +110,57 @@ class StandIns:
         found = self._of.get(id(tensor))
         if found is not None:
             return found
-        stand_in = self._of[id(tensor)] = meta_version(tensor)
+        stand_in = self._of[id(tensor)] = self.make(tensor)
         self._back[id(stand_in)] = tensor
         return stand_in
 
+    def through(
+        self,
+        name: str | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+    ) -> Any:
+        """A call a function mode sees (``name``: its function's), made by ``call(args,
+        kwargs)`` on the stand-ins of the model's tensors, its result given back as theirs."""
+        if name in ATTRIBUTES:  # (a tensor's attribute read or write: the stand-in's)
+            if args and self.needs(args[0]):
+                return self.shown(call((self.of(args[0]), *self.seen(args[1:])), kwargs))
+            return call(args, kwargs)
+        if name in _AS_ITSELF:
+            return call(args, kwargs)
+        return self.shown(call(self.seen(args), self.seen(kwargs)))
+
     def seen(self, value: Any) -> Any:
         """``value`` (a call's arguments: tensors, and lists, tuples and dicts of them) with
-        each real tensor replaced by its stand-in; ``value`` itself when none is."""
+        each of the model's tensors replaced by its stand-in; ``value`` itself when none is
+        (the common case, found without copying)."""
+        if not self._reaches(value):
+            return value
+        return self._replaced(value)
+
+    def _reaches(self, value: Any) -> bool:
+        model = self._model
+        if type(value) in (tuple, list):
+            return any(id(v) in model or (type(v) in _NESTED and self._reaches(v)) for v in value)
+        if isinstance(value, dict):
+            return any(self._reaches(v) for v in value.values()) if value else False
+        if isinstance(value, (list, tuple)):  # (a named tuple, a subclass)
+            return any(self._reaches(v) for v in value)
+        return id(value) in model
+
+    def _replaced(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return self.of(value) if self.needs(value) else value
         if isinstance(value, (list, tuple)):
-            items = [self.seen(v) for v in value]
-            if all(a is b for a, b in zip(items, value, strict=True)):
-                return value
+            items = [self._replaced(v) for v in value]
             if type(value) in (list, tuple):
                 return type(value)(items)
             if hasattr(value, "_fields"):  # a named tuple
                 return type(value)(*items)
             return type(value)(items)
         if isinstance(value, dict):
-            changed = {k: self.seen(v) for k, v in value.items()}
-            if all(changed[k] is v for k, v in value.items()):
-                return value
-            return changed
+            return {k: self._replaced(v) for k, v in value.items()}
         return value
 
     def shown(self, value: Any) -> Any:
@@ -126,3 +171,41 @@ class StandIns:
         if type(value) in (tuple, list) and any(id(v) in self._back for v in value):
             return type(value)(self._back.get(id(v), v) for v in value)
         return value
+
+
+def placeholders_on_meta(modules: dict[str, nn.Module]) -> dict[str, dict[str, int]]:
+    """Give each placeholder of ``modules`` (by their paths in the model; the run's snapshot
+    puts them back) a meta placeholder for the run, one per placeholder (ties hold), which
+    its layer's build fills on meta (and a copy of each real buffer a lazy layer's build
+    resets: ``num_batches_tracked``). Returns, for each module holding placeholders, by its
+    path, the ``id()`` of the tensor in each of its slots before the run (what counts ties
+    once)."""
+    made: dict[int, torch.Tensor] = {}
+
+    def on_meta(placeholder: torch.Tensor) -> torch.Tensor:
+        if raw(placeholder).is_meta:
+            return placeholder
+        found = made.get(id(placeholder))
+        if found is None:
+            found = made[id(placeholder)] = relocate(placeholder, "meta")
+        return found
+
+    held: dict[str, dict[str, int]] = {}
+    for path, module in modules.items():
+        slots = list(own_slots(module))
+        state = find_state(module)
+        if state is None and not any(is_placeholder(t) for _, _, t in slots):
+            continue
+        held[path] = {name: id(t) for _, name, t in slots}
+        for store, name, tensor in slots:
+            if is_placeholder(tensor):
+                store[name] = on_meta(tensor)
+        known = getattr(type(module), "known_buffers", ()) if state is not None else ()
+        for name in known:  # (a real buffer its build resets: a copy for the run)
+            buffer = module._buffers.get(name)
+            if buffer is not None and not is_placeholder(buffer):
+                module._buffers[name] = meta_version(buffer)
+        if state is not None:
+            for key, placeholder in state.placeholders.items():
+                state.placeholders[key] = on_meta(placeholder)
+    return held

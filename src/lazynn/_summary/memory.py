@@ -1,9 +1,11 @@
 """training_memory(): the bytes one training step needs, estimated on meta.
 
-Method. The model's meta twin (``_twin``: its module tree with every tensor an empty meta
-tensor of the same shape and dtype, tied tensors one tensor; nothing else copied, so a model
-holding a lock or a list of tensors is fine) is built on meta if it has lazy layers (a lazy
-layer the forward does not reach stays unbuilt and is not counted); then:
+Method. The estimate runs the model itself, as a rehearsal does (``_rehearsal/rehearse.py``):
+under the build lock, its lazy layers built on meta for the run (a lazy layer the forward
+does not reach stays unbuilt and is not counted), its tensors seen through stand-ins on this
+thread only (``_rehearsal/stand_ins.py``: here fake CPU tensors of their shapes and dtypes,
+tied tensors one tensor), and everything the run changed in the model, and in the state its
+modules reach, put back after (``Snapshot(reach=True)``); then:
 
 - ``params``: the bytes of the model's parameters and buffers, each tensor once (a tied
   weight once), ``numel * itemsize``;
@@ -23,8 +25,8 @@ layer the forward does not reach stays unbuilt and is not counted); then:
   states), EmbeddingBag an ``offset2bag`` one element longer. Storages are told apart by the
   identity of their ``StorageImpl`` (``StorageWeakRef``), since the data pointer of every meta
   storage is 0;
-- ``optimizer_states``: the optimizer is constructed on the copy's trainable parameters,
-  each is given a meta ``.grad`` and one ``step()`` runs; the bytes of every tensor in
+- ``optimizer_states``: the optimizer is constructed on meta copies of the trainable
+  parameters, each is given a meta ``.grad`` and one ``step()`` runs; the bytes of every tensor in
   ``optimizer.state`` are summed, each tensor once (``step`` counters included: torch keeps
   those on the CPU, a few bytes each).
 
@@ -75,17 +77,20 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 # StorageWeakRef: torch's own key for "the same storage" (fake tensors and functionalization
 # use it); it compares StorageImpl addresses, which tell meta storages apart. Public module.
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
 
 from .._errors import Fix, InferenceError, LazynnError, first_line, message, meta_limitation
 from .._layer.base import LazyLayer
 from .._module.lifecycle import build_lazy_module, finish, is_unbuilt
 from .._module.placeholder import is_lazy
-from .._module.snapshot import RandomState
-from .._module.state import BUILD_LOCK
-from .._module.tensors import is_placeholder, map_tensors, own_slots
+from .._module.snapshot import RandomState, Snapshot
+from .._module.state import BUILD_LOCK, Rehearsing, context
+from .._module.tensors import is_placeholder, map_tensors
+from .._rehearsal.collector import paused
+from .._rehearsal.rehearse import first_paths as _first_paths
 from .._rehearsal.rehearse import rehearse
 from .._rehearsal.spec import Spec, as_meta
-from .._rehearsal.twin import meta_twin
+from .._rehearsal.stand_ins import StandIns, meta_version, placeholders_on_meta
 from .kernels import CpuKernels
 
 __all__ = ["Memory", "optimizer_class", "supported_optimizers", "training_memory"]
@@ -152,28 +157,53 @@ def training_memory(
     example_inputs = _as_inputs(example_inputs)
     kwargs = dict(example_kwargs or {})
     saved_rng = RandomState()
-    try:
-        with BUILD_LOCK, torch.inference_mode(False):  # (read while no build changes it)
-            twin = meta_twin(model).root
-        if is_lazy(twin):  # built on meta from a rehearsal of its own (lazy layers the forward
-            # does not reach stay unbuilt, and are not counted)
-            learnt = rehearse(twin, example_inputs, kwargs)
-            for layer, found in learnt.sizes.items():
-                if isinstance(layer, LazyLayer) and is_unbuilt(layer):
-                    layer._lazynn_build(found)
-                    finish(layer)
-            for module, (a, k) in learnt.inputs.items():  # (torch's lazy modules, mixins)
-                if is_unbuilt(module):
-                    with torch.device("meta"):
-                        build_lazy_module(module, a, k)
-        state = [t for t in _unique(twin.parameters(), twin.buffers()) if not is_placeholder(t)]
-        trainable = [
-            p for p in _unique(twin.parameters()) if p.requires_grad and not is_placeholder(p)
-        ]
-        states = _optimizer_states(cls, trainable, dict(optimizer_kwargs or {}))
-        activations = _activations(twin, as_meta(tuple(example_inputs)), as_meta(kwargs), paged)
-    finally:
-        saved_rng.restore()
+    # (the build lock: no build changes the model meanwhile; the snapshot puts back what
+    # the run changes, whatever happens)
+    with paused(), BUILD_LOCK, torch.inference_mode(False):
+        snapshot = Snapshot(model, reach=True)
+        try:
+            assert snapshot.reach is not None
+            return _estimated(
+                model, snapshot.reach.tensors, cls, example_inputs, kwargs, optimizer_kwargs, paged
+            )
+        finally:
+            snapshot.restore()
+            saved_rng.restore()
+
+
+def _estimated(
+    model: nn.Module,
+    tensors: list[torch.Tensor],
+    cls: type[torch.optim.Optimizer],
+    example_inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    optimizer_kwargs: dict[str, Any] | None,
+    paged: bool,
+) -> Memory:
+    """:func:`training_memory` on ``model`` itself (``tensors``: the real tensors it reaches),
+    which the caller puts back after."""
+    placeholders_on_meta(_first_paths(model))
+    if is_lazy(model):  # built on meta from a rehearsal of its own (lazy layers the forward
+        # does not reach stay unbuilt, and are not counted)
+        learnt = rehearse(model, example_inputs, kwargs)
+        for layer, found in learnt.sizes.items():
+            if isinstance(layer, LazyLayer) and is_unbuilt(layer):
+                layer._lazynn_build(found)
+                finish(layer)
+        for module, (a, k) in learnt.inputs.items():  # (torch's lazy modules, mixins)
+            if is_unbuilt(module):
+                with torch.device("meta"):
+                    build_lazy_module(module, a, k)
+    state = [t for t in _unique(model.parameters(), model.buffers()) if not is_placeholder(t)]
+    trainable = [
+        p for p in _unique(model.parameters()) if p.requires_grad and not is_placeholder(p)
+    ]
+    states = _optimizer_states(
+        cls, [meta_version(p) for p in trainable], dict(optimizer_kwargs or {})
+    )
+    activations = _activations(
+        model, [*tensors, *state], as_meta(tuple(example_inputs)), as_meta(kwargs), paged
+    )
     return Memory(
         params=sum(t.nbytes for t in state),
         gradients=sum(p.nbytes for p in trainable),
@@ -370,41 +400,60 @@ def _unique(*groups: Iterator[torch.Tensor]) -> list[torch.Tensor]:
 
 
 # --- the activations -----------------------------------------------------------------------
+def _fake(tensor: torch.Tensor) -> torch.Tensor:
+    """A fake CPU tensor of ``tensor``'s shape, strides and dtype (a parameter's: a parameter),
+    made under the estimate's ``FakeTensorMode``."""
+    fake = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype, device="cpu")
+    if isinstance(tensor, nn.Parameter):
+        return nn.Parameter(fake, tensor.requires_grad)
+    return fake.requires_grad_(tensor.requires_grad)
+
+
+class _Seen(TorchFunctionMode):
+    """The model's tensors seen through their fake stand-ins on this thread (see
+    ``stand_ins.py``)."""
+
+    def __init__(self, seen: StandIns) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        name = getattr(func, "__name__", None)
+        return self.seen.through(name, args, kwargs or {}, lambda a, k: func(*a, **k))
+
+
 def _storage_key(tensor: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(tensor.untyped_storage())
 
 
 def _activations(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], paged: bool
+    model: nn.Module,
+    tensors: list[torch.Tensor],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    paged: bool,
 ) -> int:
-    """Bytes of the storages autograd saves in one training-mode forward of the meta
-    ``model`` (its tensors are swapped for fake CPU tensors: it is a scratch copy), except
-    the storages of its parameters and buffers; the CPU kernels' own (``kernels.py``)."""
+    """Bytes of the storages autograd saves in one training-mode forward of ``model``, whose
+    ``tensors`` (its parameters and buffers first, then any other it reaches) this thread sees
+    as fake CPU tensors, except the storages of its parameters and buffers; the CPU kernels'
+    own (``kernels.py``)."""
     # FakeTensorMode is private (torch.compile's own fake tensors; no public equivalent):
     # fake CPU tensors hold no memory and, unlike meta tensors, make every choice a CPU
     # makes by device (scaled_dot_product_attention's kernel: flash on a CPU, math on meta).
     with FakeTensorMode(allow_non_fake_inputs=True), torch.device("cpu"):
-        fakes: dict[int, torch.Tensor] = {}
-
-        def fake(tensor: torch.Tensor) -> torch.Tensor:
-            if id(tensor) not in fakes:
-                twin = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype)
-                if isinstance(tensor, nn.Parameter):
-                    twin = nn.Parameter(twin, tensor.requires_grad)
-                fakes[id(tensor)] = twin
-            return fakes[id(tensor)]
-
-        state: list[torch.Tensor] = []
-        for module in model.modules():
-            for store, name, tensor in own_slots(module):
-                if is_placeholder(tensor):  # (a lazy layer the forward does not reach)
-                    continue
-                store[name] = fake(tensor)
-                state.append(store[name])
-            for key, value in list(module.__dict__.items()):
-                if isinstance(value, torch.Tensor):  # (a mask kept as a plain attribute)
-                    module.__dict__[key] = fake(value)
-        args, kwargs = map_tensors(fake, args), map_tensors(fake, kwargs)
+        seen = StandIns(tensors, make=_fake)
+        state = [
+            seen.of(t)
+            for t in _unique(model.parameters(), model.buffers())
+            if not is_placeholder(t)  # (a lazy layer the forward does not reach)
+        ]
+        args, kwargs = map_tensors(_fake, args), map_tensors(_fake, kwargs)
         # Kept alive to the end: a freed StorageImpl's address could be reused by another.
         saved: dict[StorageWeakRef, torch.Tensor] = {}
 
@@ -415,12 +464,17 @@ def _activations(
         def unpack(tensor: torch.Tensor) -> torch.Tensor:
             return tensor
 
-        model.train()
+        model.train()  # (the modes are put back with the model)
+        here = context()
+        # (a run of its own: a rehearsal whose forward asked for this estimate records none
+        # of its calls)
+        outer, here.rehearsal = here.rehearsal, Rehearsing(stand_ins=seen)
         with (
             torch.inference_mode(False),
             torch.enable_grad(),
             torch.autograd.graph.saved_tensors_hooks(pack, unpack),
             CpuKernels(paged),
+            _Seen(seen),
         ):
             try:
                 model(*args, **kwargs)
@@ -438,5 +492,7 @@ def _activations(
                         detail=first_line(error),
                     )
                 ) from error
+            finally:
+                here.rehearsal = outer
         excluded = {_storage_key(t) for t in state}
         return sum(t.untyped_storage().nbytes() for k, t in saved.items() if k not in excluded)
