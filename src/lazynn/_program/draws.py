@@ -270,7 +270,7 @@ def draw_through(
     >>> torch.equal(torch.get_rng_state(), after)
     True
     """
-    nothing = torch.empty(0, dtype=dtype)
+    nothing = torch.empty(0, dtype=dtype, device="cpu")  # (under a meta device too)
     draw_slice(nothing, fill, full_shape, 0, args, kwargs, chunk, stream)
 
 

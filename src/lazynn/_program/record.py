@@ -327,7 +327,8 @@ class Recorder:
             return tensor
         view = self.view_of(tensor)
         replay = Replay(self.tape, "cpu", self.start)
-        return replay.run({view: None}, have=self._real_storages(), draw_all=False)[view]
+        with unrecorded():  # (the replay's own steps, on the CPU, are not the program's)
+            return replay.run({view: None}, have=self._real_storages(), draw_all=False)[view]
 
     def _real_storages(self) -> dict[int, torch.Tensor]:
         return {index: t for index, t in enumerate(self._alive) if not t.is_meta}
@@ -340,13 +341,15 @@ class Recorder:
         if self._live is None:
             self._live = Replay(self.tape, "cpu", self.start)
         index = len(self.tape.steps) - 1
-        self._live.run({}, upto=index)
+        with unrecorded():  # (as evaluate's)
+            self._live.run({}, upto=index)
         which = step.kwargs.get("generator")
         generator = (
             self._live.private[which.index]
             if isinstance(which, GeneratorRef)
             else self._live.default
         )
+        kwargs = {k: v for k, v in kwargs.items() if k != "generator"}  # (the live one's)
         result = call_drawing(resolve(step.op), args, kwargs, generator)
         self._live.done = index + 1
         return result

@@ -69,8 +69,8 @@ def trunc_normal_block(
     mean, std, a, b = (float(v) for v in bounds)
     dtype = local.dtype
     # (torch casts the bounds to the tensor's dtype, so the test sees representable values)
-    lo = torch.tensor(a, dtype=dtype).item()
-    hi = torch.tensor(b, dtype=dtype).item()
+    lo = torch.tensor(a, dtype=dtype, device="cpu").item()
+    hi = torch.tensor(b, dtype=dtype, device="cpu").item()
     total = math.prod(full_shape)
     words = fill_words("normal", dtype, total, total)
     assert words is not None  # (splittable)
@@ -99,8 +99,8 @@ def trunc_normal_whole(
     """torch's rounds of ``trunc_normal_(tensor, *bounds)`` (the redraw branch), each round's
     ``normal_(mean, std)`` drawn by ``normal`` (by threads: ``draws.draw_parts``)."""
     _, _, a, b = bounds
-    lo = torch.tensor(a, dtype=tensor.dtype).item()
-    hi = torch.tensor(b, dtype=tensor.dtype).item()
+    lo = torch.tensor(a, dtype=tensor.dtype, device="cpu").item()
+    hi = torch.tensor(b, dtype=tensor.dtype, device="cpu").item()
     with torch.no_grad():
         normal(tensor)
         while True:

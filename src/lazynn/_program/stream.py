@@ -130,7 +130,7 @@ def self_test() -> str:
         fill = torch.Tensor.uniform_ if kind == "uniform" else torch.Tensor.normal_
         whole_gen = torch.Generator().manual_seed(1234)
         start = whole_gen.get_state()
-        whole = fill(torch.empty(total, dtype=dtype), generator=whole_gen)
+        whole = fill(torch.empty(total, dtype=dtype, device="cpu"), generator=whole_gen)
         skipped, drawn = (
             fill_words(kind, dtype, total, split),
             fill_words(kind, dtype, total, total),
@@ -139,8 +139,11 @@ def self_test() -> str:
         assert drawn is not None
         second = torch.Generator()
         second.set_state(advance(start, skipped, jump=False))
-        first = fill(torch.empty(split, dtype=dtype), generator=torch.Generator().manual_seed(1234))
-        rest = fill(torch.empty(total - split, dtype=dtype), generator=second)
+        first = fill(
+            torch.empty(split, dtype=dtype, device="cpu"),
+            generator=torch.Generator().manual_seed(1234),
+        )
+        rest = fill(torch.empty(total - split, dtype=dtype, device="cpu"), generator=second)
         same = torch.equal(first, whole[:split]) and torch.equal(rest, whole[split:])
         ends = torch.equal(second.get_state(), whole_gen.get_state()) and torch.equal(
             advance(start, drawn, jump=False), whole_gen.get_state()
@@ -148,7 +151,7 @@ def self_test() -> str:
         if not (same and ends):
             return f"{kind}_ of {total} {str(dtype).replace('torch.', '')} split at {split}"
     drawn_gen = torch.Generator().manual_seed(1234)
-    start, buffer = drawn_gen.get_state(), torch.empty(1024)
+    start, buffer = drawn_gen.get_state(), torch.empty(1024, device="cpu")
     for _ in range(30):
         buffer.uniform_(generator=drawn_gen)
     jumped = torch.Generator()

@@ -281,7 +281,7 @@ def uninitialized(tape: Tape, storage: int, upto: int | None = None) -> bool:
         covered.append(view)
     if not covered:
         return True
-    mask = torch.zeros(size, dtype=torch.bool)
+    mask = torch.zeros(size, dtype=torch.bool, device="cpu")
     for view in covered:
         torch.as_strided(mask, view.size, view.stride, view.offset).fill_(True)
     return not bool(mask.all())

@@ -1,0 +1,102 @@
+"""The init program sees the whole construction: what ``__init__`` draws, reads, seeds and
+makes gives the eager program's numbers through every door (``build``, ``build`` on meta then
+``materialize``, ``threads=2`` in both), or is refused at the door naming the real cause.
+
+One harness: each row is a model written twice (sizes lazy, sizes written in), built through
+every door under one seed and compared with the eager construction under that seed: every
+parameter and buffer, the Python attributes ``__init__`` computed, and where the generator
+ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import lazynn
+
+DOORS = ["build", "meta+materialize", "build(threads=2)", "meta+materialize(threads=2)"]
+
+
+def through(door: str, factory: Callable[[], nn.Module], example: Any) -> nn.Module:
+    """``factory``'s model built on ``example`` through ``door``."""
+    if door == "build":
+        return lazynn.build(factory, example)
+    if door == "build(threads=2)":
+        return lazynn.build(factory, example, threads=2)
+    threads = 2 if door.endswith("(threads=2)") else 1
+    return lazynn.materialize(lazynn.build(factory, example, device="meta"), threads=threads)
+
+
+def state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
+@dataclass(frozen=True)
+class Row:
+    """A model: ``make(lazy)`` constructs it, ``example`` is what it is built on, ``same``
+    compares what ``__init__`` computed besides tensors (default: nothing)."""
+
+    make: Callable[[bool], nn.Module]
+    example: Any
+    same: Callable[[nn.Module, nn.Module], bool] = lambda a, b: True
+
+
+# --- values read in __init__ ---------------------------------------------------------------
+
+
+class _ReadsDraws(nn.Module):
+    """``.tolist()`` of numbers drawn in ``__init__`` (a permutation of heads, a random
+    mask's values), and a buffer drawn on the CPU from a private generator."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        self.values = torch.randn(3).tolist()
+        self.order = torch.randperm(5).tolist()
+        generator = torch.Generator().manual_seed(1)
+        self.register_buffer("noise", torch.randn(3, generator=generator, device="cpu"))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc(x)) + self.noise[:2]  # type: ignore[no-any-return]
+
+
+ROWS = {
+    "reads drawn values": Row(
+        _ReadsDraws,
+        (2, 3),
+        lambda a, b: (a.values, a.order) == (b.values, b.order),  # type: ignore[union-attr]
+    ),
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("name", ROWS)
+def test_every_door_gives_the_eager_construction(name: str, door: str) -> None:
+    row = ROWS[name]
+    torch.manual_seed(0)
+    eager = row.make(False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    built = through(door, lambda: row.make(True), row.example)
+    assert torch.equal(torch.get_rng_state(), after)
+    mine, theirs = state(built), state(eager)
+    assert mine.keys() == theirs.keys()
+    for key in mine:
+        assert torch.equal(mine[key], theirs[key]), key
+    assert row.same(built, eager)
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_a_summary_of_the_factory_moves_no_generator(name: str) -> None:
+    row = ROWS[name]
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    lazynn.summary(lambda: row.make(True), row.example)
+    assert torch.equal(torch.get_rng_state(), before)
