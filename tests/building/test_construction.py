@@ -67,11 +67,32 @@ class _ReadsDraws(nn.Module):
         return self.head(self.fc(x)) + self.noise[:2]  # type: ignore[no-any-return]
 
 
+class _ValueCheckedDraws(nn.Module):
+    """Draws whose numbers, and whether they are accepted at all, depend on values computed
+    in ``__init__`` (``poisson``'s rates, ``multinomial``'s probabilities), read back, and
+    followed by a draw whose place in the stream they decide."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        self.counts = torch.poisson(torch.linspace(0.5, 2.0, 6)).tolist()
+        self.picks = torch.multinomial(torch.softmax(torch.randn(5), 0), 3).tolist()
+        self.register_buffer("after", torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + self.after  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
         (2, 3),
         lambda a, b: (a.values, a.order) == (b.values, b.order),  # type: ignore[union-attr]
+    ),
+    "value-checked draws": Row(
+        _ValueCheckedDraws,
+        (2, 3),
+        lambda a, b: (a.counts, a.picks) == (b.counts, b.picks),  # type: ignore[union-attr]
     ),
 }
 

@@ -169,9 +169,28 @@ class Replay:
             for storage in local.intersection((*step.creates, *step.writes))
             if index >= overwritten.get(storage, 0) or storage in step.creates
         }
+        while True:
+            drawn = [i for i in (*steps, *mine) if self.tape.steps[i].random]
+            horizon = upto if draw_all else max(drawn, default=-1)
+            # A random step only drawn through still reads its inputs' values where it has
+            # any (poisson's rates, multinomial's probabilities, bernoulli's p): how many
+            # numbers it draws, and whether it accepts them, may depend on them. They are
+            # computed for real, never taken from scratch memory.
+            inputs = (
+                {
+                    storage
+                    for index, step in enumerate(self.tape.steps[: max(horizon, 0)])
+                    if step.random and index not in steps and index not in mine
+                    for storage in step.reads
+                }
+                - whole
+                - set(given)
+            )
+            if not inputs:
+                break
+            whole |= inputs
+            steps, _ = self.needed(whole - set(given), upto)
         last = self._last_uses(steps, whole | set(given))
-        drawn = [i for i in (*steps, *mine) if self.tape.steps[i].random]
-        horizon = upto if draw_all else max(drawn, default=-1)
         for index in range(self.done, upto):
             step = self.tape.steps[index]
             if step.op == RESEED:
