@@ -39,7 +39,7 @@ from .._errors import InferenceError, LazynnError, message
 from .._layer.base import LazyLayer
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
-from .._module.snapshot import OtherRandom, atomic
+from .._module.snapshot import OtherRandom, RandomState, atomic
 from .._module.state import BUILD_LOCK, Constructing, Entry, find_state
 from .._program.program import attach
 from .._program.record import Recorder
@@ -236,14 +236,24 @@ def _checked(
     recipe: FactoryRecipe,
     examples: tuple[Any, ...],
     kw_examples: dict[str, Any],
+    start: tuple[RandomState, OtherRandom],
 ) -> None:
     """Refuse, or learn again (:class:`_Relearnt`), a real run that made other eager modules
-    than the draft (see the module doc)."""
+    than the draft (see the module doc). The draft laid out with the sizes learnt starts
+    where the real run started (``start``: the generators then), so that what its code draws
+    (a number of blocks) is what the real run drew."""
     if recipe.settled or difference(made, recipe.layout) is None:
         return
-    again = learn(
-        recipe.factory, examples, kw_examples, recipe.dtype, recipe.sizes(), reach=False
-    )
+    now = RandomState(), OtherRandom()
+    for saved in start:
+        saved.restore()
+    try:
+        again = learn(
+            recipe.factory, examples, kw_examples, recipe.dtype, recipe.sizes(), reach=False
+        )
+    finally:
+        for saved in now:
+            saved.restore()
     found = difference(made, again.layout)
     if found is None:
         if again.sizes() != recipe.sizes():
@@ -274,11 +284,12 @@ def _realized(
     """Steps 1 to 3 (see the module doc): the model on ``device``, and its recipe."""
     recipe = learn(factory, examples, kw_examples, dtype, where=where, reach=reach)
     for _ in range(MAX_DRAFTS):
+        start = RandomState(), OtherRandom()
         try:
             with atomic():  # (the model is new: a failure drops it; the generators go back)
                 with torch.device(device) if device is not None else contextlib.nullcontext():
                     model, made = realize(recipe)
-                _checked(made, recipe, examples, kw_examples)
+                _checked(made, recipe, examples, kw_examples, start)
                 run_ready(model)  # work queued with lazynn.on_build for the layers built now
         except _Relearnt as relearnt:
             recipe = relearnt.recipe

@@ -32,7 +32,7 @@ from .._module.lifecycle import attach, own_work
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
 from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction
 from .._module.tensors import is_placeholder, own_slots
-from .._program.record import unrecorded
+from .._program.record import recording, unrecorded
 from .construct import construct, hide_probes, new, of_torch, parameter_device
 from .infer import CLASS_KEY, UNKNOWN, Infer
 
@@ -64,6 +64,7 @@ def lay_out(
             _placeholders(layer, cls, specs, known_buffers, kwargs, program)
         if isinstance(program, Drafting):  # (a value the code may read: num_batches_tracked)
             _record_known(layer, known_buffers)
+            _record_draws(layer, cls, specs, program)
     finally:
         here.program = program
 
@@ -76,6 +77,22 @@ def _record_known(layer: nn.Module, known_buffers: frozenset[str]) -> None:
         held = layer._buffers.get(name)
         if held is not None and not is_placeholder(held):
             layer._buffers[name] = torch.zeros(held.shape, dtype=held.dtype, device=held.device)
+
+
+def _record_draws(
+    layer: nn.Module, cls: type[nn.Module], specs: Mapping[str, Infer], drafting: Drafting
+) -> None:
+    """In a draft laid out with a layer's sizes (learnt by an earlier run), the draws its
+    eager construction makes, recorded where it makes them: a value ``__init__`` draws after
+    it (``torch.randint(...).item()``: a number of blocks) is then the eager program's, as it
+    is in the real run. Its tensors are dropped: only the draws are the program's."""
+    state = lazy_state(layer)
+    learnt = drafting.known.get(state.index)
+    if not learnt or recording() is None or any(name not in learnt for name in specs):
+        return
+    sizes = {name: learnt[name] for name in specs}
+    kind = learnt.get(CLASS_KEY, cls)
+    construct(kind, {**state.kwargs, **sizes}, "meta", state.dtype, None)
 
 
 def _take(program: Constructing, kind: type, kwargs: dict[str, Any]) -> Entry:
