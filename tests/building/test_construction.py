@@ -10,6 +10,7 @@ ends.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,34 @@ class _DrawsAfterALazyLayer(nn.Module):
         return self.head(x)  # type: ignore[no-any-return]
 
 
+class _SetsGenerators(nn.Module):
+    """``__init__`` code that sets generators itself: a private one's state saved and put
+    back around a draw, a private one reseeded, the default one's state put back, and
+    ``torch.random.fork_rng`` around a reseed; then draws."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        private = torch.Generator().manual_seed(1)
+        saved = private.get_state()
+        noise = torch.randn(5, generator=private)
+        private.set_state(saved)  # (the same numbers again)
+        self.register_buffer("again", torch.randn(5, generator=private) - noise)
+        private.manual_seed(3)
+        self.register_buffer("reseeded", torch.randn(4, generator=private))
+        state = torch.get_rng_state()
+        torch.randn(7)
+        torch.set_rng_state(state)  # (the default generator back: the next draw repeats)
+        self.register_buffer("repeated", torch.randn(7))
+        with torch.random.fork_rng():
+            torch.manual_seed(11)
+            self.register_buffer("forked", torch.randn(3))
+        self.head = nn.Linear(4, 2)  # (drawn where the fork left the generator: as before)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc(x))  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
@@ -117,6 +146,7 @@ ROWS = {
         lambda a, b: a.drawn == b.drawn,  # type: ignore[union-attr]
         seed=1,  # (a draft drawing at the stand-in's place made more blocks than eager)
     ),
+    "sets generators": Row(_SetsGenerators, (2, 3)),
     "value-checked draws": Row(
         _ValueCheckedDraws,
         (2, 3),
@@ -149,3 +179,39 @@ def test_a_summary_of_the_factory_moves_no_generator(name: str) -> None:
     before = torch.get_rng_state()
     lazynn.summary(lambda: row.make(True), row.example)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+class _ReseedsAGivenGenerator(nn.Module):
+    """A generator given to the model, reseeded by its ``__init__`` before it draws."""
+
+    def __init__(self, generator: torch.Generator, lazy: bool) -> None:
+        super().__init__()
+        generator.manual_seed(3)
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        self.register_buffer("noise", torch.randn(4, generator=generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + self.noise  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_a_generator_given_to_the_factory_ends_where_eager_leaves_it(door: str) -> None:
+    """Reseeded and drawn from by ``__init__``: every door ends it where eager construction
+    does; a summary of the factory leaves it (and the default one) as it was."""
+    given = torch.Generator()
+    given.manual_seed(7)
+    torch.manual_seed(0)
+    eager = _ReseedsAGivenGenerator(given, lazy=False)
+    after = given.get_state(), torch.get_rng_state()
+    factory = functools.partial(_ReseedsAGivenGenerator, given, lazy=True)
+    given.manual_seed(7)
+    torch.manual_seed(0)
+    built = through(door, factory, (2, 3))
+    assert torch.equal(given.get_state(), after[0])
+    assert torch.equal(torch.get_rng_state(), after[1])
+    assert all(torch.equal(state(built)[k], v) for k, v in state(eager).items())
+    given.manual_seed(7)
+    before = given.get_state(), torch.get_rng_state()
+    lazynn.summary(factory, (2, 3))
+    assert torch.equal(given.get_state(), before[0])
+    assert torch.equal(torch.get_rng_state(), before[1])

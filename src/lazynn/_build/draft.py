@@ -27,8 +27,10 @@ in a first run, so the run is made again with the sizes learnt so far standing i
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -62,6 +64,7 @@ __all__ = [
     "difference",
     "draft",
     "drafted",
+    "generators_of",
     "layout",
     "made",
     "running",
@@ -140,7 +143,7 @@ def draft(
     try:
         # (recorded: a value the code reads is computed for real, no generator moves)
         # (the meta device and the recorder: lazynn's, which a layer's layout steps out of)
-        device, recorder = MetaDevice(), Recorder()
+        device, recorder = MetaDevice(), Recorder(generators=generators_of(factory))
         with running(drafting), _watching_ties(drafting), device, recorder:
             with own_modes(device, recorder.function_mode):
                 model = made(factory(), where)
@@ -169,6 +172,37 @@ def draft(
     for tensor, _ in drafting.ties.values():
         tensor.__dict__.pop(PROBE, None)
     return model, drafting
+
+
+def generators_of(factory: Callable[[], Any]) -> list[torch.Generator]:
+    """The generators a factory was given (``functools.partial(Net, generator=g)``, a lambda's
+    closure or the globals it names, default arguments): its code may set one before it
+    draws from it, which a recording of its run then puts back."""
+    found: dict[int, torch.Generator] = {}
+    pending: list[Any] = [factory]
+    seen: set[int] = set()
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Generator):
+            found[id(value)] = value
+        elif isinstance(value, functools.partial):
+            pending.extend((value.func, *value.args, *value.keywords.values()))
+        elif isinstance(value, types.FunctionType):
+            for cell in value.__closure__ or ():
+                with contextlib.suppress(ValueError):  # (an empty cell)
+                    pending.append(cell.cell_contents)
+            pending.extend(value.__defaults__ or ())
+            pending.extend((value.__kwdefaults__ or {}).values())
+            named = value.__code__.co_names
+            pending.extend(v for n, v in value.__globals__.items() if n in named)
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+    return list(found.values())
 
 
 def _prebuild_ties(model: nn.Module, drafting: Drafting) -> None:

@@ -45,7 +45,7 @@ from .._program.program import attach
 from .._program.record import Recorder
 from .._rehearsal.learnt import Rehearsal
 from .._rehearsal.rehearse import rehearse, warn_notes
-from .draft import MAX_DRAFTS, Layout, difference, drafted, layout, made, running
+from .draft import MAX_DRAFTS, Layout, difference, drafted, generators_of, layout, made, running
 from .queue import run_ready
 
 __all__ = [
@@ -202,7 +202,8 @@ def realize(recipe: FactoryRecipe) -> tuple[nn.Module, Layout]:
     construction made. On meta, the construction is recorded, and each tensor keeps its init
     program (``lazynn.materialize`` runs them)."""
     on_meta = torch.get_default_device().type == "meta"
-    with Recorder() if on_meta else contextlib.nullcontext() as recorder:
+    given = generators_of(recipe.factory)
+    with Recorder(generators=given) if on_meta else contextlib.nullcontext() as recorder:
         model = construct(recipe.factory, list(recipe.entries))
         made = layout(model)
         with torch.inference_mode(False):

@@ -34,7 +34,16 @@ import torch
 from .jump import advance, jump_pays
 from .stream import Stream, fill_words
 
-__all__ = ["CHUNK", "FILLS", "PART", "draw_parts", "draw_region", "draw_slice", "draw_through"]
+__all__ = [
+    "CHUNK",
+    "FILLS",
+    "PART",
+    "call_drawing",
+    "draw_parts",
+    "draw_region",
+    "draw_slice",
+    "draw_through",
+]
 
 #: the random in-place fills whose chunked draws equal a whole draw (see the module doc)
 FILLS: dict[str, Callable[..., Any]] = {
@@ -323,3 +332,21 @@ def draw_parts(
         list(pool.map(draw, range(count)))
     generator.set_state(generators[-1].get_state())
     return True
+
+
+def call_drawing(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generator: torch.Generator
+) -> Any:
+    """``fn(*args, **kwargs)`` drawing from ``generator``: passed as ``generator=``, or, for the
+    few ops that take none (dropout), lent the default generator's place for the call (another
+    thread drawing from the default generator in that moment would draw from it too)."""
+    schema = getattr(fn, "_schema", None)  # (torch.nn.init's functions have none)
+    if schema is None or any(a.name == "generator" for a in schema.arguments):
+        return fn(*args, **kwargs, generator=generator)
+    held = torch.get_rng_state()
+    torch.set_rng_state(generator.get_state())
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        generator.set_state(torch.get_rng_state())
+        torch.set_rng_state(held)

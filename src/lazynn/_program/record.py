@@ -34,7 +34,7 @@ import contextlib
 import dataclasses
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -48,12 +48,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import meta_limitation
 from .._module.tensors import is_placeholder
+from .draws import call_drawing
 from .functions import Functions
-from .replay import Replay, call_drawing
+from .marks import Marks
+from .replay import Replay
 from .tape import (
     LIKE_OPS,
     QUEUED,
-    RESEED,
     Const,
     GeneratorRef,
     Like,
@@ -96,25 +97,16 @@ def unrecorded() -> Iterator[None]:
         recorder.paused -= 1
 
 
-# torch internals: the first 8 bytes of the CPU generator's state (``torch.get_rng_state()``,
-# ``CPUGeneratorImplState``) are its ``the_initial_seed``, which no draw reads or writes and
-# every reseed rewrites (tests/ecosystem/test_torch_internals.py checks both).
-_MARK = torch.tensor([0x6C, 0x61, 0x7A, 0x79, 0x6E, 0x6E, 0x21, 0x01], dtype=torch.uint8)
-_MARK_OTHER = torch.tensor([0x6C, 0x61, 0x7A, 0x79, 0x6E, 0x6E, 0x21, 0x02], dtype=torch.uint8)
-
-
-def _with_seed(state: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``state`` with the seed field of ``like``."""
-    out = state.clone()
-    out[:8] = like[:8]
-    return out
-
-
 class Recorder:
     """Records what runs inside it on a tape (see the module doc)."""
 
-    def __init__(self, tape: Tape | None = None) -> None:
+    def __init__(
+        self, tape: Tape | None = None, generators: Iterable[torch.Generator] = ()
+    ) -> None:
         self.tape = tape if tape is not None else Tape()
+        #: generators the code may set before it draws from them (passed to a factory): followed
+        #: from the start, so that the recording puts back what the code did to them
+        self._given = list(generators)
         #: storage -> its number on the tape
         self._storages: dict[StorageWeakRef, int] = {}
         #: one tensor per storage, by number: no storage is freed (and its key reused)
@@ -125,11 +117,10 @@ class Recorder:
         #: the generator the running Python call names (``functions.py``): the one the
         #: dispatcher's new object for it stands for
         self.named: torch.Generator | None = None
-        #: the default CPU generator's state at the start, and as the tape last left it
+        #: the default CPU generator's state at the start
         self.start = torch.get_rng_state()
-        self._expected = self.start
-        #: whether the code reseeded the default generator (put back on exit)
-        self.reseeded = False
+        #: what the code does to the generators it draws from (``marks.py``)
+        self.marks: Marks | None = None
         #: real tensors a step read, by id, with their version then: (const, version)
         self._consts: dict[int, tuple[Const, int, torch.Tensor]] = {}
         self._ops = _Ops(self)
@@ -150,7 +141,9 @@ class Recorder:
         if active is None:
             active = _LOCAL.active = []
         active.append(self)
-        self._mark()
+        self.marks = Marks(self.tape, self._const)
+        for generator in self._given:
+            self.generator(generator)
         self._modes = contextlib.ExitStack()
         self._modes.enter_context(self._functions)
         self._modes.enter_context(self._ops)
@@ -166,22 +159,11 @@ class Recorder:
             self._modes.__exit__(kind, error, trace)
         finally:
             _LOCAL.active.pop()
-        self._note_reseed()
-        if self.reseeded:
-            torch.set_rng_state(self.start)  # (the code reseeded: a step now, put back)
-        else:  # (the stream as it is: another thread's draws stay; the seed as it was)
-            torch.set_rng_state(_with_seed(torch.get_rng_state(), self.start))
-
-    def _mark(self) -> None:
-        """Mark the default generator: its seed field set to :data:`_MARK` (the stream is the
-        same), so that any change the code makes to it (``torch.manual_seed``, even of the
-        seed it has; ``set_rng_state``) is seen, and a draw of another thread is not a change."""
-        state = torch.get_rng_state()
-        mark = _MARK if not torch.equal(state[:8], _MARK) else _MARK_OTHER
-        marked = state.clone()
-        marked[:8] = mark
-        torch.set_rng_state(marked)
-        self._expected = marked
+        assert self.marks is not None
+        self.marks.check_all()  # (what the code did last: a step of the program)
+        # (each generator as it was: the code's own settings were steps; another thread's
+        # draws from the default one stay, unless the code set it: then it goes back whole)
+        self.marks.release()
 
     # --- the tape's names for tensors ------------------------------------------------------
     def view_of(self, tensor: torch.Tensor) -> View:
@@ -234,21 +216,11 @@ class Recorder:
             self.tape.generators.append(generator.get_state())
             self._generator_objects.append(generator)
             self.tape.owners.append(weakref.ref(generator))
+            if self.marks is not None:
+                self.marks.follow(index, generator)
         return GeneratorRef(index)
 
     # --- steps -----------------------------------------------------------------------------
-    def _note_reseed(self) -> None:
-        """A step for a change of the default generator's state made by the code (a reseed,
-        ``set_rng_state``): its seed field is no longer the mark (:meth:`_mark`). No draw of
-        the code moves the generator while the recording runs; another thread's may, which
-        keeps the mark: that change is not the program's (the tape goes on as it was)."""
-        state = torch.get_rng_state()
-        if torch.equal(state[:8], self._expected[:8]):
-            return
-        self.tape.steps.append(Step(RESEED, (self._const(state),), {}))
-        self.reseeded = True
-        self._mark()
-
     def _arg(self, value: Any, written: bool) -> Any:
         if isinstance(value, torch.Tensor):
             if value.is_meta or written:
@@ -271,8 +243,9 @@ class Recorder:
     ) -> Step:
         """Write a step: ``op`` with its arguments (``written``: the positions it writes) and
         its result."""
-        if random:
-            self._note_reseed()
+        if random and self.marks is not None:
+            which = self._arg(kwargs.get("generator"), False)
+            self.marks.check(which.index if isinstance(which, GeneratorRef) else None)
         views = tuple(
             _like(a) if i == 0 and op in LIKE_OPS else self._arg(a, i in written)
             for i, a in enumerate(args)
@@ -298,6 +271,10 @@ class Recorder:
             op in _UNINITIALIZED,
         )
         self.tape.steps.append(step)
+        if random and self.marks is not None:  # (it moved its generator: a place to mark)
+            which = named.get("generator")
+            key = which.index if isinstance(which, GeneratorRef) else None
+            self.marks.moved(key, len(self.tape.steps) - 1)
         return step
 
     def outputs_of(self, result: Any) -> tuple[tuple[View | None, ...], tuple[int, ...]]:
@@ -316,7 +293,8 @@ class Recorder:
 
     def mark(self, order: int) -> None:
         """A step where the queued work of number ``order`` runs (``QUEUED``)."""
-        self._note_reseed()
+        if self.marks is not None:
+            self.marks.check_all()
         self.tape.steps.append(Step(QUEUED, (order,), {}))
 
     # --- values computed for real ----------------------------------------------------------

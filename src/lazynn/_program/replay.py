@@ -32,13 +32,14 @@ from typing import Any
 import torch
 
 from .blocks import ELEMENTWISE, FILLED, OVERWRITES, TRUNC_NORMAL, Block, Ranks
-from .draws import FILLS, draw_parts, draw_region, draw_through
+from .draws import FILLS, call_drawing, draw_parts, draw_region, draw_through
 from .rounds import splittable, trunc_normal_block, trunc_normal_whole
-from .stream import Stream
+from .stream import Places, Stream
 from .tape import (
     LIKE_OPS,
     QUEUED,
     RESEED,
+    RESTORE,
     Const,
     GeneratorRef,
     Like,
@@ -52,7 +53,7 @@ from .tape import (
     views_in,
 )
 
-__all__ = ["Block", "Ranks", "Replay", "call_drawing"]
+__all__ = ["Block", "Ranks", "Replay"]
 
 
 class Replay:
@@ -92,6 +93,8 @@ class Replay:
         self.env: dict[int, torch.Tensor] = {}
         #: how many steps have run (the generators are there)
         self.done = 0
+        #: the generators' states the program puts back later (RESTORE steps)
+        self._places = Places(tape.steps, self._generator, self.streams)
         self._sizes: dict[int, int] | None = None  # storage -> its elements
 
     # --- what runs -------------------------------------------------------------------------
@@ -105,7 +108,7 @@ class Replay:
         overwritten: set[int] = set()  # (needed only made: what writes them comes later)
         for index in range(upto - 1, -1, -1):
             step = self.tape.steps[index]
-            if step.op == RESEED:
+            if step.op in (RESEED, RESTORE):
                 continue
             if not storages.isdisjoint((*step.creates, *step.writes)):
                 steps.add(index)
@@ -195,6 +198,8 @@ class Replay:
             step = self.tape.steps[index]
             if step.op == RESEED:
                 self._reseed(step)
+            elif step.op == RESTORE:
+                self._places.restore(step)
             elif step.op == QUEUED:
                 if queued is not None:
                     queued(step)
@@ -206,6 +211,7 @@ class Replay:
                 self._draw_through(step)
             for storage in last.get(index, ()):  # (a temporary nothing reads again)
                 self.env.pop(storage, None)
+            self._places.passed(index)
         self.settle()
         self.done = upto if draw_all else max(horizon + 1, self.done)
         out = {}
@@ -333,6 +339,9 @@ class Replay:
         generator = self.private[which.index] if isinstance(which, GeneratorRef) else self.default
         self.streams[id(generator)].drop()
         generator.set_state(self._value(state))
+
+    def _generator(self, key: int | None) -> torch.Generator:
+        return self.default if key is None else self.private[key]
 
     def _stream(self, step: Step) -> Stream:
         which = step.kwargs.get("generator")
@@ -474,21 +483,3 @@ class Replay:
         assert self.ranks is not None
         bounds = tuple(float(v) for v in step.args[1:])
         trunc_normal_block(local, shape, offset, bounds, self._stream(step), self.ranks.agree)
-
-
-def call_drawing(
-    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generator: torch.Generator
-) -> Any:
-    """``fn(*args, **kwargs)`` drawing from ``generator``: passed as ``generator=``, or, for the
-    few ops that take none (dropout), lent the default generator's place for the call (another
-    thread drawing from the default generator in that moment would draw from it too)."""
-    schema = getattr(fn, "_schema", None)  # (torch.nn.init's functions have none)
-    if schema is None or any(a.name == "generator" for a in schema.arguments):
-        return fn(*args, **kwargs, generator=generator)
-    held = torch.get_rng_state()
-    torch.set_rng_state(generator.get_state())
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        generator.set_state(torch.get_rng_state())
-        torch.set_rng_state(held)

@@ -25,12 +25,15 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .jump import advance, counters
+from .tape import RESTORE
 
-__all__ = ["Stream", "fill_words", "self_test", "skipping"]
+__all__ = ["Places", "Stream", "fill_words", "self_test", "skipping"]
 
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
@@ -159,3 +162,42 @@ def self_test() -> str:
     if not torch.equal(jumped.get_state(), drawn_gen.get_state()):
         return "a jump of 30,720 words"
     return ""
+
+
+class Places:
+    """The generators' states a program puts back later (its ``RESTORE`` steps: the code set
+    a generator back to a state it had saved), kept as a replay passes them. ``generator(key)``
+    is a replay's generator (None: the default one; a number: a private one), ``streams`` its
+    streams by ``id()``."""
+
+    def __init__(
+        self,
+        steps: list[Any],
+        generator: Callable[[int | None], torch.Generator],
+        streams: dict[int, Stream],
+    ) -> None:
+        self.generator, self.streams = generator, streams
+        #: step index -> the generators whose state after it is put back later
+        self.wanted: dict[int, list[int | None]] = {}
+        for step in steps:
+            if step.op == RESTORE:
+                source, index = step.args
+                self.wanted.setdefault(index, []).append(None if source is None else source.index)
+        #: (key, step index) -> the state kept there
+        self.kept: dict[tuple[int | None, int], torch.Tensor] = {}
+        self.passed(-1)  # (the tape's start)
+
+    def passed(self, index: int) -> None:
+        """A replay has run step ``index``: keep the states wanted after it."""
+        for key in self.wanted.get(index, ()):
+            generator = self.generator(key)
+            self.streams[id(generator)].settle()
+            self.kept[(key, index)] = generator.get_state()
+
+    def restore(self, step: Any) -> None:
+        """Run a ``RESTORE`` step: its generator set to the state kept at its place."""
+        source, index = step.args
+        which = step.kwargs.get("generator")
+        generator = self.generator(None if which is None else which.index)
+        self.streams[id(generator)].drop()
+        generator.set_state(self.kept[(None if source is None else source.index, index)])

@@ -9,7 +9,8 @@ moves with the model). A real tensor a step reads (a buffer the code made on the
 array) is a :class:`Const`: its value when read. Random steps name their generator: the
 device's own (``None``), or one of the tape's ``generators``, whose states at the start the
 tape keeps. A step that sets a generator (``torch.manual_seed`` in ``__init__``) is a
-:data:`RESEED` step.
+:data:`RESEED` step; one that puts back a state the code saved earlier
+(``torch.set_rng_state(saved)``, ``torch.random.fork_rng()``'s exit) a :data:`RESTORE` step.
 
 >>> tape = Tape()
 >>> where = View(0, (2, 3), (3, 1), 0, torch.float32)
@@ -30,6 +31,7 @@ __all__ = [
     "LIKE_OPS",
     "QUEUED",
     "RESEED",
+    "RESTORE",
     "Const",
     "GeneratorRef",
     "Like",
@@ -48,6 +50,10 @@ __all__ = [
 
 #: the op of a step that sets a generator's state (its one argument: the state)
 RESEED = "lazynn::reseed"
+#: the op of a step that sets a generator back to a state it had at an earlier place of the
+#: program (its arguments: the generator that had it, None for the default one; the step after
+#: which it had it, -1 for the tape's start)
+RESTORE = "lazynn::restore"
 #: the op of a step where work queued with ``lazynn.on_build`` runs (its argument: the
 #: entry's order), as the eager program runs it there
 QUEUED = "lazynn::queued"
