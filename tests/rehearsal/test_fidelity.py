@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import dataclasses
 import functools
+import pickle
+import random
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -394,9 +399,10 @@ def test_each_block_runs_in_its_own_mode() -> None:
 # --- threads -----------------------------------------------------------------------------------
 
 
-def test_another_thread_sees_real_tensors_while_a_lazy_model_rehearses() -> None:
+def test_another_thread_reads_real_tensors_and_its_calls_wait_while_a_model_rehearses() -> None:
     """The rehearsal sees the model's tensors as meta on its own thread only: another thread
-    reading them meanwhile reads the real ones (forced: the forward waits on events)."""
+    reading them meanwhile reads the real ones; its call of the model waits for the run's end
+    (the model put back), then runs as eager code (forced: the forward waits on events)."""
     reached, go = threading.Event(), threading.Event()
 
     class Pause(nn.Module):
@@ -408,17 +414,67 @@ def test_another_thread_sees_real_tensors_while_a_lazy_model_rehearses() -> None
 
     model = nn.Sequential(nn.Linear(4, 4), Pause(), lazynn.LazyLinear(2))
     weight = model[0].weight
-    thread = threading.Thread(target=lambda: lazynn.summary(model, (2, 4)))
-    thread.start()
+    outputs: list[Any] = []
+    summary = threading.Thread(target=lambda: lazynn.summary(model, (2, 4)))
+    call = threading.Thread(target=lambda: outputs.append(model[0](torch.ones(1, 4))))
+    summary.start()
     try:
         assert reached.wait(30)
         assert not weight.is_meta
         assert model[0].weight is weight
-        assert model[0](torch.ones(1, 4)).shape == (1, 4)  # a real forward, meanwhile
+        call.start()
+        call.join(0.5)
+        assert call.is_alive()  # (waiting for the run's end)
     finally:
         go.set()
-        thread.join(30)
+        summary.join(30)
+        call.join(30)
+    assert torch.equal(
+        outputs[0], torch.nn.functional.linear(torch.ones(1, 4), weight, model[0].bias)
+    )
     assert lazynn.is_lazy(model[2])
+
+
+def test_a_worker_left_running_by_a_failed_forward_is_waited_for_and_leaves_no_mode() -> None:
+    """A forward that fails while a worker still runs a block of it: the run waits for the
+    worker's call to end, and the worker's thread is left without the run's modes (a later
+    tensor made there is a real one). Forced: the worker goes on only once the run has begun
+    to end."""
+    started, finish = threading.Event(), threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    from lazynn._rehearsal.run import Run
+
+    waiting = Run.wait_for_workers
+
+    def let_the_worker_go(run: Run) -> None:
+        finish.set()
+        waiting(run)
+
+    class Slow(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            started.set()
+            assert finish.wait(30)
+            return x
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.slow = Slow()
+            self.fc = lazynn.LazyLinear(2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pool.submit(self.slow, x)
+            assert started.wait(30)
+            raise ValueError("the forward fails while its worker runs")
+
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Run, "wait_for_workers", let_the_worker_go)
+            with pytest.raises(lazynn.InferenceError, match="the forward fails"):
+                lazynn.summary(Net(), (2, 4))
+        assert pool.submit(lambda: torch.zeros(1).device.type).result(30) == "cpu"
+    finally:
+        pool.shutdown(wait=True)
 
 
 def test_a_build_whose_forward_runs_blocks_on_other_threads_finishes() -> None:
@@ -612,3 +668,144 @@ def test_the_summarys_figures_are_the_models_not_the_forwards(form: str) -> None
     built = lazynn.build(_GrowsItsBuffer, (2, 16, 8))
     assert report.buffer_bytes == sum(b.nbytes for b in built.buffers()) == 12
     assert report.total_parameters == sum(p.numel() for p in built.parameters())
+
+
+# --- state of other kinds, copies, modes (found by review) ------------------------------------
+
+
+class _HoldsState(nn.Module):
+    """A forward that moves or fills what its model holds besides modules and tensors: a
+    Python and a numpy random generator (LayerDrop), a numpy array, a weak dictionary of
+    modules, an instance's lru_cache, a slot the forward sets, an object of a dataclass made
+    by make_dataclass, a distribution's parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+        self.python_random = random.Random(0)
+        self.numpy_random = np.random.default_rng(0)
+        self.legacy_random = np.random.RandomState(0)
+        self.counts = np.zeros(3)
+        self.seen: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
+        self.shape_of = functools.lru_cache(maxsize=None)(lambda n: (n, 3))
+        self.slotted = _Slotted()
+        self.made = dataclasses.make_dataclass("Made", [("calls", int)])(0)
+        self.prior = torch.distributions.Normal(torch.zeros(3), torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.python_random.random()
+        self.numpy_random.random()
+        self.legacy_random.random_sample()
+        self.counts += 1
+        self.seen[self.fc] = x
+        self.shape_of(x.shape[0])
+        self.slotted.cache = x
+        self.made.calls += 1
+        return self.fc(x) + self.prior.loc  # type: ignore[no-any-return]
+
+
+class _Slotted:
+    __slots__ = ("cache",)
+
+
+def test_state_of_other_kinds_is_put_back() -> None:
+    model = _HoldsState()
+    before = (
+        model.python_random.random(),
+        model.numpy_random.random(),
+        model.legacy_random.random_sample(),
+    )
+    model = _HoldsState()
+    lazynn.summary(model, (2, 4))
+    lazynn.build(model, (2, 4))
+    after = (
+        model.python_random.random(),
+        model.numpy_random.random(),
+        model.legacy_random.random_sample(),
+    )
+    assert after == before
+    assert model.counts.tolist() == [0, 0, 0]
+    assert len(model.seen) == 0
+    assert model.shape_of.cache_info().currsize == 0
+    assert not hasattr(model.slotted, "cache")
+    assert model.made.calls == 0
+    assert model(torch.ones(2, 4)).shape == (2, 3)  # (nothing of the run left to trip on)
+
+
+class _CopiesItself(nn.Module):
+    """A forward that keeps a copy (an EMA teacher made at the first call) and pickles one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.head = lazynn.LazyLinear(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        teacher = copy.deepcopy(self.fc)
+        pickle.dumps(self.fc)
+        return self.head(self.fc(x) + teacher(x))  # type: ignore[no-any-return]
+
+
+def test_a_forward_that_copies_or_pickles_a_module_is_rehearsed() -> None:
+    assert lazynn.summary(_CopiesItself(), (2, 4)).rows[0].outputs[0].shape == (2, 2)
+    assert lazynn.build(_CopiesItself(), (2, 4)).head.in_features == 4
+
+
+class _Ema(nn.Module):
+    """A forward inside torch.inference_mode() that updates a buffer in place, then one
+    outside it that does so again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+        self.register_buffer("average", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            y = self.fc(x)
+            self.average.mul_(0.9)
+        self.average.add_(0.1)
+        return y + self.average  # type: ignore[no-any-return]
+
+
+def test_stand_ins_made_inside_inference_mode_take_writes_outside_it() -> None:
+    assert lazynn.summary(_Ema(), (2, 4)).rows[0].outputs[0].shape == (2, 3)
+
+
+class _KeepsAWeight(nn.Module):
+    """A lazy layer's weight kept in a dict in __init__ and read after the layer's call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = lazynn.LazyLinear(3)
+        self.shared = {"w": self.enc.weight}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.enc(x) @ self.shared["w"]  # type: ignore[no-any-return]
+
+
+def test_a_lazy_layers_weight_held_elsewhere_is_the_layers_in_the_run() -> None:
+    assert lazynn.summary(_KeepsAWeight(), (2, 3)).rows[0].outputs[0].shape == (2, 3)
+    model = lazynn.build(_KeepsAWeight(), (2, 3))
+    assert model.shared["w"] is model.enc.weight
+
+
+def test_modules_run_on_workers_count_their_flops() -> None:
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    class Branches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.branches = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            outs = [pool.submit(b, x).result(30) for b in self.branches]
+            return torch.stack(outs).sum(0)
+
+    try:
+        report = lazynn.summary(Branches(), (4, 8))
+    finally:
+        pool.shutdown(wait=True)
+    rows = {r.path: r.flops for r in report.rows}
+    assert rows["branches.0"] == rows["branches.2"] == 2 * 4 * 8 * 8
+    assert report.total_flops == 3 * 2 * 4 * 8 * 8

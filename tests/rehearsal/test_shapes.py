@@ -616,3 +616,38 @@ def test_a_fresh_process_building_and_summarizing_imports_no_compiler() -> None:
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("func", "args", "kwargs"),
+    [
+        (torch.rsub, ("mask", 1), {}),
+        (torch.sub, (), {"input": "mask", "other": 1}),
+        (torch.Tensor.sub, ("mask",), {"other": 1}),
+        (torch.relu_, ("mask",), {}),
+        (F.log_softmax, ("long",), {"dim": 1}),
+        (torch.Tensor.log_softmax, ("long", 1), {}),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) or str(v),
+)
+def test_the_rehearsal_refuses_in_torchs_words_however_the_call_is_written(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Keyword arguments, in-place and log variants of what the checks refuse."""
+    made = {
+        "mask": lambda device: torch.ones(2, 3, dtype=torch.bool, device=device),
+        "long": lambda device: torch.ones(2, 3, dtype=torch.long, device=device),
+    }
+
+    def call(device: str) -> Any:
+        a = tuple(made[v](device) if v in made else v for v in args)
+        k = {
+            n: made[v](device) if isinstance(v, str) and v in made else v for n, v in kwargs.items()
+        }
+        return func(*a, **k)
+
+    with pytest.raises((RuntimeError, NotImplementedError)) as torch_s:
+        call("cpu")
+    with pytest.raises(type(torch_s.value)) as ours, torch.no_grad(), MetaDevice(fast=True):
+        call("meta")
+    assert str(ours.value) == str(torch_s.value)

@@ -6,17 +6,21 @@ reads, a counter in a state object, a cache on a module. :class:`Reach`, taken b
 ``Snapshot(reach=True)`` before the run, holds what it must put back after: the dicts, lists,
 sets and deques in the modules' attributes and in those; the attribute dicts (and slots) of
 the other objects there that are state (objects of the user's classes, namespaces: a shared
-state object, a config, a module stashed outside the tree); closure cells; tensors' own
-attribute dicts; private random generators' states.
+state object, a config, a module stashed outside the tree, a torch distribution); closure
+cells; tensors' own attribute dicts; the states of torch's, Python's and numpy's random
+generators; numpy arrays' values; weak dictionaries' items; and an instance's ``lru_cache``
+(cleared, where the run added to it: its entries are the run's meta tensors).
 
 Modules of Python, classes, functions' globals, the runtime's objects (locks, events, threads,
-loggers, files: another thread may be waiting on them) and torch's and numpy's own objects are
-not the model's state, and are not taken; nor are lazynn's own objects a model holds while
+loggers, files: another thread may be waiting on them), torch's and numpy's other objects,
+and iterators and counters (``itertools.count``: no state to take) are not the model's state,
+and are not taken; nor are lazynn's own objects a model holds while
 lazynn works on it (a rehearsal's recording hooks, bound to its run: :data:`UNREACHED`).
 Tensors' values are not taken either: a rehearsal writes only their stand-ins.
 
-:func:`put_back` writes a container back only where it differs from what was taken, so a
-write another thread made meanwhile to something the run left unchanged stays.
+:func:`put_back` writes a container back only where it differs from what was taken. It
+cannot tell the run's writes from another thread's: a change another thread makes meanwhile
+to state the snapshot took is undone with the run's (``docs/design.md``, "Threads").
 
 >>> from torch import nn
 >>> block = nn.Module()
@@ -31,11 +35,13 @@ write another thread made meanwhile to something the run left unchanged stays.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
+import random
 import sys
 import types
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -120,6 +126,9 @@ class Reach:
         self.generators: list[tuple[torch.Generator, torch.Tensor]] = []
         #: (a module outside the tree, its class)
         self.classes: list[tuple[nn.Module, type]] = []
+        #: what puts back objects whose state is not an attribute dict (Python's and numpy's
+        #: random generators, numpy arrays, weak dictionaries, caches of functions)
+        self.opaque: list[Callable[[], None]] = []
         #: the tensors reached (placeholders included)
         self.tensors: list[torch.Tensor] = []
         seen = {id(m) for m, _, _ in modules} | {id(c) for c, _ in containers}
@@ -175,6 +184,10 @@ class Reach:
                 continue
             elif isinstance(value, LazyState):
                 continue  # (a module's own: the snapshot holds it)
+            restorer = _opaque(value)
+            if restorer is not None:
+                self.opaque.append(restorer)
+                continue
             if isinstance(value, nn.Module):
                 self.classes.append((value, type(value)))
             elif not _state_object(value):
@@ -186,7 +199,7 @@ class Reach:
             slots = _slot_values(value)
             if slots:
                 self.slots.append((value, slots))
-                pending.extend(slots.values())
+                pending.extend(v for v in slots.values() if v is not _ABSENT)
 
     def restore(self) -> None:
         for module, cls in self.classes:
@@ -198,7 +211,12 @@ class Reach:
             put_back(obj.__dict__, attrs or None)
         for obj, slots in self.slots:
             for name, slot_value in slots.items():
-                if getattr(obj, name, _ABSENT) is not slot_value:
+                now = getattr(obj, name, _ABSENT)
+                if now is slot_value:
+                    continue
+                if slot_value is _ABSENT:  # (set by the run: unset again)
+                    object.__delattr__(obj, name)
+                else:
                     object.__setattr__(obj, name, slot_value)
         for cell, content in self.cells:
             if cell.cell_contents is not content:
@@ -206,6 +224,8 @@ class Reach:
         for generator, state in self.generators:
             if not torch.equal(generator.get_state(), state):
                 generator.set_state(state)
+        for restorer in self.opaque:
+            restorer()
 
 
 _ABSENT = object()
@@ -219,11 +239,14 @@ _STATE_TYPES = frozenset({("types", "SimpleNamespace"), ("argparse", "Namespace"
 
 def _state_object(value: Any) -> bool:
     """Whether ``value`` (an object that is not a module, container or function) is state a
-    forward may write: an object of the user's classes, or a namespace; not the runtime's
-    (a lock another thread waits on, which a snapshot must never put back)."""
+    forward may write: an object of the user's classes (dataclasses too, wherever made),
+    a namespace, a torch distribution; not the runtime's (a lock another thread waits on,
+    which a snapshot must never put back)."""
     kind = type(value)
     module = kind.__module__ or ""
     if module.partition(".")[0] not in _NOT_STATE:
+        return True
+    if module.startswith("torch.distributions") or dataclasses.is_dataclass(value):
         return True
     return (module, kind.__name__) in _STATE_TYPES
 
@@ -245,14 +268,46 @@ def _items(container: Any) -> Iterable[Any]:
 
 
 def _slot_values(obj: Any) -> dict[str, Any]:
-    """The values of ``obj``'s ``__slots__`` that are set, by name."""
+    """The values of ``obj``'s ``__slots__``, by name (:data:`_ABSENT` for one not set)."""
     found: dict[str, Any] = {}
     for cls in type(obj).__mro__:
         names = cls.__dict__.get("__slots__", ())
         for name in (names,) if isinstance(names, str) else names:
             if name in ("__dict__", "__weakref__") or name in found:
                 continue
-            value = getattr(obj, name, _ABSENT)
-            if value is not _ABSENT:
-                found[name] = value
+            found[name] = getattr(obj, name, _ABSENT)
     return found
+
+
+def _opaque(value: Any) -> Callable[[], None] | None:
+    """What puts ``value`` back where it is now, where its state is not an attribute dict
+    a snapshot can take (None: it is not such an object)."""
+    if isinstance(value, random.Random):
+        saved = value.getstate()
+        return lambda: value.setstate(saved) if value.getstate() != saved else None
+    if isinstance(value, weakref.WeakKeyDictionary | weakref.WeakValueDictionary):
+        items = list(value.items())
+        return lambda: _put_back_weak(value, items)
+    if isinstance(value, functools._lru_cache_wrapper):  # (an instance's cache of a function)
+        size = value.cache_info().currsize
+        return lambda: value.cache_clear() if value.cache_info().currsize != size else None
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None
+    if isinstance(value, numpy.random.RandomState):
+        state = value.get_state()
+        return lambda: value.set_state(state)
+    if isinstance(value, numpy.random.Generator):
+        bits = value.bit_generator.state
+        return lambda: setattr(value.bit_generator, "state", bits)
+    if isinstance(value, numpy.ndarray) and value.flags.writeable and value.dtype != object:
+        copy = value.copy()
+        return lambda: numpy.copyto(value, copy) if not numpy.array_equal(value, copy) else None
+    return None
+
+
+def _put_back_weak(holder: Any, items: list[tuple[Any, Any]]) -> None:
+    """A weak dictionary given back its items (those still alive), where it differs."""
+    if list(holder.items()) != items:
+        holder.clear()
+        holder.update(items)

@@ -20,8 +20,9 @@ holds by construction. A :class:`Snapshot` holds:
   (``reach.py``). A rehearsal, which runs the model's own forward, takes this one: what it
   changes is put back after, whatever happened.
 
-``restore`` puts back only what differs from the snapshot, so a write another thread made
-meanwhile to something the snapshot holds unchanged stays.
+``restore`` writes back only what differs from the snapshot (a container, an attribute dict),
+which it cannot tell another thread's writes from the run's: a change another thread makes
+meanwhile to what the snapshot holds is undone too.
 """
 
 from __future__ import annotations

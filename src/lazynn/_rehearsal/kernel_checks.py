@@ -48,49 +48,49 @@ def _dtype(value: Any) -> torch.dtype | None:
     return value.dtype if isinstance(value, Tensor) else None
 
 
-def _integer_input(t: Any, *_: Any, **__: Any) -> bool:
+def _integer_input(input: Any, *_: Any, **__: Any) -> bool:
     """A floating-point kernel (silu, gelu, softmax...) given integers or bools."""
-    return _dtype(t) in _INTEGERS
+    return _dtype(input) in _INTEGERS
 
 
-def _bool_input(t: Any, *_: Any, **__: Any) -> bool:
+def _bool_input(input: Any, *_: Any, **__: Any) -> bool:
     """relu given bools."""
-    return _dtype(t) is torch.bool
+    return _dtype(input) is torch.bool
 
 
-def _subtracts_bool(a: Any, b: Any, *_: Any, **__: Any) -> bool:
+def _subtracts_bool(input: Any, other: Any, *_: Any, **__: Any) -> bool:
     """A subtraction with a bool tensor or a Python bool on either side."""
-    return any(_dtype(x) is torch.bool or isinstance(x, bool) for x in (a, b))
+    return any(_dtype(x) is torch.bool or isinstance(x, bool) for x in (input, other))
 
 
-def _power(base: Any, exponent: Any, *_: Any, **__: Any) -> bool:
+def _power(input: Any, exponent: Any, *_: Any, **__: Any) -> bool:
     """A power of bools, or an integer tensor to a negative integer's power (a number: its
     value is known)."""
-    if _dtype(base) in _INTEGERS and type(exponent) is int and exponent < 0:
+    if _dtype(input) in _INTEGERS and type(exponent) is int and exponent < 0:
         return True
-    return torch.result_type(base, exponent) is torch.bool
+    return torch.result_type(input, exponent) is torch.bool
 
 
-def _reverse_power(t: Any, base: Any, *_: Any, **__: Any) -> bool:
-    return _power(base, t)
+def _reverse_power(input: Any, other: Any, *_: Any, **__: Any) -> bool:
+    return _power(other, input)
 
 
-def _rounded_bools(a: Any, b: Any, *, rounding_mode: Any = None) -> bool:
+def _rounded_bools(input: Any, other: Any, *, rounding_mode: Any = None) -> bool:
     """A division of bools with a rounding mode (there is no rounding kernel for them)."""
-    return rounding_mode is not None and torch.result_type(a, b) is torch.bool
+    return rounding_mode is not None and torch.result_type(input, other) is torch.bool
 
 
-def _softmax(t: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> bool:
-    if _integer_input(t) and dtype is None:
+def _softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> bool:
+    if _integer_input(input) and dtype is None:
         return True
-    if not isinstance(t, Tensor) or type(dim) is not int:
+    if not isinstance(input, Tensor) or type(dim) is not int:
         return False
-    rank = max(t.dim(), 1)
+    rank = max(input.dim(), 1)
     return not -rank <= dim < rank
 
 
-def _method_softmax(t: Any, dim: Any, dtype: Any = None) -> bool:
-    return _softmax(t, dim, 3, dtype)
+def _method_softmax(input: Any, dim: Any, dtype: Any = None) -> bool:
+    return _softmax(input, dim, 3, dtype)
 
 
 def _mixed(*tensors: Any) -> bool:
@@ -98,8 +98,8 @@ def _mixed(*tensors: Any) -> bool:
     return len(dtypes) > 1
 
 
-def _linear(t: Any, weight: Any, bias: Any = None) -> bool:
-    if _mixed(t, weight, bias):
+def _linear(input: Any, weight: Any, bias: Any = None) -> bool:
+    if _mixed(input, weight, bias):
         return True
     if not isinstance(bias, Tensor) or not isinstance(weight, Tensor) or weight.dim() != 2:
         return False
@@ -122,7 +122,8 @@ _CONV_TRANSPOSE = (
 def _conv(transposed: bool) -> Callable[..., bool]:
     names = _CONV_TRANSPOSE if transposed else _CONV
 
-    def rule(t: Any, weight: Any, bias: Any = None, *args: Any, **kwargs: Any) -> bool:
+    def rule(input: Any, weight: Any, bias: Any = None, *args: Any, **kwargs: Any) -> bool:
+        t = input
         if _mixed(t, weight, bias):
             return True
         if not isinstance(t, Tensor) or not isinstance(weight, Tensor) or weight.dim() < 3:
@@ -172,12 +173,15 @@ _RULES: dict[Any, Callable[..., bool]] = {
     F.relu: _bool_input,
     torch.relu: _bool_input,
     Tensor.relu: _bool_input,
+    torch.relu_: _bool_input,
+    Tensor.relu_: _bool_input,
     F.silu: _integer_input,
     F.hardswish: _integer_input,
     F.mish: _integer_input,
     F.leaky_relu: _integer_input,
     F.gelu: _integer_input,
     torch.sub: _subtracts_bool,
+    torch.rsub: lambda input, other, *_, **__: _subtracts_bool(other, input),
     Tensor.sub: _subtracts_bool,
     Tensor.__sub__: _subtracts_bool,
     Tensor.__rsub__: _subtracts_bool,
@@ -192,6 +196,8 @@ _RULES: dict[Any, Callable[..., bool]] = {
     Tensor.div: _rounded_bools,
     F.softmax: _softmax,
     Tensor.softmax: _method_softmax,
+    F.log_softmax: _softmax,
+    Tensor.log_softmax: _method_softmax,
     F.linear: _linear,
     F.conv1d: _conv(transposed=False),
     F.conv2d: _conv(transposed=False),

@@ -105,12 +105,19 @@ class StandIns:
         """Whether ``value`` is one of the model's tensors (seen through a stand-in)."""
         return id(value) in self._model and self._model[id(value)] is value
 
+    def stand_in(self, tensor: torch.Tensor, stand_in: torch.Tensor) -> None:
+        """Show ``tensor`` (a placeholder the run gave a meta one in its slots) as
+        ``stand_in``, wherever else the forward reaches it."""
+        self._model[id(tensor)] = tensor
+        self._of[id(tensor)] = stand_in
+
     def of(self, tensor: torch.Tensor) -> torch.Tensor:
         """The stand-in of the real ``tensor``."""
         found = self._of.get(id(tensor))
         if found is not None:
             return found
-        stand_in = self._of[id(tensor)] = self.make(tensor)
+        with torch.inference_mode(False):  # (a forward inside the mode: as the model's)
+            stand_in = self._of[id(tensor)] = self.make(tensor)
         self._back[id(stand_in)] = tensor
         return stand_in
 
@@ -173,13 +180,16 @@ class StandIns:
         return value
 
 
-def placeholders_on_meta(modules: dict[str, nn.Module]) -> dict[str, dict[str, int]]:
+def placeholders_on_meta(
+    modules: dict[str, nn.Module], seen: StandIns | None = None
+) -> dict[str, dict[str, int]]:
     """Give each placeholder of ``modules`` (by their paths in the model; the run's snapshot
     puts them back) a meta placeholder for the run, one per placeholder (ties hold), which
-    its layer's build fills on meta (and a copy of each real buffer a lazy layer's build
-    resets: ``num_batches_tracked``). Returns, for each module holding placeholders, by its
-    path, the ``id()`` of the tensor in each of its slots before the run (what counts ties
-    once)."""
+    its layer's build fills on meta; and each real buffer a lazy layer's build resets
+    (``num_batches_tracked``) a copy. ``seen``: the run's stand-ins, which then show each
+    placeholder to a forward that reaches it elsewhere (a dict that kept a lazy layer's
+    weight) as its meta one. Returns, for each module holding placeholders, by its path, the
+    ``id()`` of the tensor in each of its slots before the run (what counts ties once)."""
     made: dict[int, torch.Tensor] = {}
 
     def on_meta(placeholder: torch.Tensor) -> torch.Tensor:
@@ -188,6 +198,8 @@ def placeholders_on_meta(modules: dict[str, nn.Module]) -> dict[str, dict[str, i
         found = made.get(id(placeholder))
         if found is None:
             found = made[id(placeholder)] = relocate(placeholder, "meta")
+            if seen is not None:
+                seen.stand_in(placeholder, found)
         return found
 
     held: dict[str, dict[str, int]] = {}
@@ -204,7 +216,7 @@ def placeholders_on_meta(modules: dict[str, nn.Module]) -> dict[str, dict[str, i
         for name in known:  # (a real buffer its build resets: a copy for the run)
             buffer = module._buffers.get(name)
             if buffer is not None and not is_placeholder(buffer):
-                module._buffers[name] = meta_version(buffer)
+                module._buffers[name] = buffer.detach().clone()
         if state is not None:
             for key, placeholder in state.placeholders.items():
                 state.placeholders[key] = on_meta(placeholder)
