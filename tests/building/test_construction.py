@@ -10,6 +10,7 @@ ends.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 import lazynn
 
@@ -134,6 +136,39 @@ class _SetsGenerators(nn.Module):
         return self.head(self.fc(x))  # type: ignore[no-any-return]
 
 
+class _KeepsAnEma(nn.Module):
+    """An EMA copy of the network made in ``__init__`` (``copy.deepcopy``), never called: it
+    has the network's sizes, as eager copies do."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.net = nn.Sequential(lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4), nn.ReLU())
+        self.ema = copy.deepcopy(self.net)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(x))  # type: ignore[no-any-return]
+
+
+class _Symmetric(nn.Module):
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return (weight + weight.t()) / 2
+
+
+class _Parametrized(nn.Module):
+    """A parametrization registered in ``__init__`` (``register_parametrization`` makes a new
+    class each time it is called)."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        self.square = nn.Linear(4, 4)
+        parametrize.register_parametrization(self.square, "weight", _Symmetric())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.square(self.fc(x))  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
@@ -147,6 +182,8 @@ ROWS = {
         seed=1,  # (a draft drawing at the stand-in's place made more blocks than eager)
     ),
     "sets generators": Row(_SetsGenerators, (2, 3)),
+    "keeps an EMA copy": Row(_KeepsAnEma, (2, 3)),
+    "parametrized": Row(_Parametrized, (2, 3)),
     "value-checked draws": Row(
         _ValueCheckedDraws,
         (2, 3),
@@ -215,3 +252,26 @@ def test_a_generator_given_to_the_factory_ends_where_eager_leaves_it(door: str) 
     lazynn.summary(factory, (2, 3))
     assert torch.equal(given.get_state(), before[0])
     assert torch.equal(torch.get_rng_state(), before[1])
+
+
+class _DropsALazyLayer(nn.Module):
+    """A backbone whose classifier a feature extractor leaves out (torchvision's ResNet in
+    DETR's IntermediateLayerGetter): eager code draws the classifier's numbers anyway."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        backbone = nn.ModuleDict({"body": lazynn.LazyLinear(4), "fc": lazynn.LazyLinear(10)})
+        self.body = backbone["body"]
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_a_lazy_layer_constructed_and_left_out_of_the_model_is_refused(door: str) -> None:
+    with pytest.raises(lazynn.LazynnError) as info:
+        through(door, _DropsALazyLayer, (2, 3))
+    text = str(info.value)
+    assert "LazyLinear(out_features=10, bias=True), lazy layer number 2 of its" in text
+    assert "Fix: construct it with its sizes written (Linear(...): the eager class)" in text

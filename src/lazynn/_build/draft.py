@@ -38,6 +38,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 from torch.nn.modules import module as torch_module
+from torch.nn.utils import parametrize
 
 from .._errors import (
     Fix,
@@ -243,8 +244,19 @@ def layout(model: nn.Module) -> Layout:
         shapes = tuple(
             (name, tuple(t.shape)) for _, name, t in own_slots(module) if not is_placeholder(t)
         )
-        found.append((path, type(module), shapes))
+        found.append((path, _kind(module), shapes))
     return tuple(found)
+
+
+def _kind(module: nn.Module) -> type:
+    """A module's class, as its construction chose it: a parametrized module's class is made
+    anew by each ``register_parametrization`` (``ParametrizedLinear``), its base is the one."""
+    kind = type(module)
+    if parametrize.is_parametrized(module) and kind.__bases__:
+        base = kind.__bases__[0]
+        if kind.__name__ == f"Parametrized{base.__name__}":
+            return base
+    return kind
 
 
 def difference(other: Layout, first: Layout) -> tuple[str, str, str] | None:

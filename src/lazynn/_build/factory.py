@@ -115,17 +115,27 @@ def learn(
     with BUILD_LOCK:
         found = drafted(factory, where, attempt, known)
     rehearsal, model = found.result, found.model
-    if reach and rehearsal.unreached:
+    modules = dict(model.named_modules())
+    # (a copy of a lazy layer the forward called, deepcopy in __init__: an EMA's, has its sizes)
+    sized = {s.index for m in rehearsal.sizes if (s := find_state(m)) is not None}
+    unreached = [
+        path
+        for path in rehearsal.unreached
+        if (state := find_state(modules[path])) is None or state.index not in sized
+    ]
+    if reach and unreached:
         raise InferenceError(
             message(
                 "build",
                 "example inputs whose forward calls every lazy layer",
-                "a forward that never called " + ", ".join(f"'{p}'" for p in rehearsal.unreached),
+                "a forward that never called " + ", ".join(f"'{p}'" for p in unreached),
                 "pass inputs (or a training/eval mode) that reach these layers",
                 outcome="nothing was built",
             )
         )
     entries = list(found.drafting.entries)
+    if reach:
+        _refuse_dropped(model, entries)
     for path, module in model.named_modules():
         state = find_state(module)
         if state is None or state.index < 0 or module not in rehearsal.sizes:
@@ -165,6 +175,37 @@ def learn(
         layout(model),
         found.settled,
         lazy_types,
+    )
+
+
+def _refuse_dropped(model: nn.Module, entries: list[Entry]) -> None:
+    """Refuse a lazy layer the factory constructs and leaves out of the model (a backbone's
+    classifier that a feature extractor drops): eager code draws its numbers when it
+    constructs it, and nothing can size it here, so every number after it would differ."""
+    present = {s.index for m in model.modules() if (s := find_state(m)) is not None}
+    # (a layer built before the rehearsal, from the shape of a tie, has its sizes)
+    dropped = [i for i, e in enumerate(entries) if i not in present and e.sizes is None]
+    if not dropped:
+        return
+    first = entries[dropped[0]]
+    arguments = ", ".join(
+        f"{k}={v!r}"
+        for k, v in first.kwargs.items()
+        if not (k in ("device", "dtype") and v is None)
+    )
+    eager = getattr(first.cls, "cls_to_become", first.cls)
+    raise LazynnError(
+        message(
+            "lazynn.build(factory)",
+            "every lazy layer the factory constructs in the model it returns (eager code "
+            "draws the numbers of each layer it constructs, even one it then drops)",
+            f"{first.cls.__name__}({arguments}), lazy layer number {dropped[0] + 1} of its "
+            f"construction, left out of the model"
+            + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""),
+            f"construct it with its sizes written ({eager.__name__}(...): the eager class), "
+            "or do not construct it",
+            outcome="nothing was built",
+        )
     )
 
 
