@@ -169,6 +169,21 @@ class _Parametrized(nn.Module):
         return self.square(self.fc(x))  # type: ignore[no-any-return]
 
 
+class _MovesDtypes(nn.Module):
+    """Lazy layers moved to other dtypes in ``__init__``: one to float64, one to bfloat16,
+    the rest left as they are (a mixed-precision model)."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.wide = (lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)).double()
+        self.narrow = (lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4)).to(torch.bfloat16)
+        self.head = lazynn.LazyLinear(2) if lazy else nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.wide(x.double()).to(torch.bfloat16)
+        return self.head(self.narrow(x).float())  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
@@ -184,6 +199,7 @@ ROWS = {
     "sets generators": Row(_SetsGenerators, (2, 3)),
     "keeps an EMA copy": Row(_KeepsAnEma, (2, 3)),
     "parametrized": Row(_Parametrized, (2, 3)),
+    "moves dtypes": Row(_MovesDtypes, (2, 3)),
     "value-checked draws": Row(
         _ValueCheckedDraws,
         (2, 3),

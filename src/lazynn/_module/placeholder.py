@@ -184,7 +184,15 @@ class _Placeholder(_TensorForTyping):
         owner = getattr(func, "__self__", None)
         attr = getattr(owner, "__name__", None) if owner is not None else None
         self = args[0] if args else None
-        if func not in NATIVE and any(probed(v) for v in (*args, *kwargs.values())):
+        # (a move, `module._apply`'s `param.data = moved_placeholder`, is the placeholder's own
+        # even in a factory's first run: `.double()` in __init__ moves the layer)
+        moving = (
+            attr == "data"
+            and getattr(func, "__name__", "") == "__set__"
+            and len(args) == 2
+            and is_placeholder(args[1])
+        )
+        if func not in NATIVE and not moving and any(probed(v) for v in (*args, *kwargs.values())):
             return on_probes(func, args, kwargs)
         kept = keep(func, attr, args, kwargs)
         if kept is not None:
