@@ -480,3 +480,37 @@ def test_a_lazy_class_whose_load_renames_old_keys_takes_an_old_checkpoint() -> N
     assert type(lazy) is MLPBlock
     for a, b in zip(lazy.state_dict().values(), eager.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+class _TiedHead(nn.Module):
+    """T5's shape: an embedding and a head tied to it, saved the Hugging Face way (one name of
+    the tie: the head's key is absent), with dropout after the load."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(10, 8)
+        self.fc = lazynn.LazyLinear(8) if lazy else nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.5)
+        self.lm_head = lazynn.LazyLinear(10, bias=False) if lazy else nn.Linear(8, 10, bias=False)
+        self.lm_head.weight = self.shared.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.drop(self.fc(self.shared(ids))))  # type: ignore[no-any-return]
+
+
+def test_a_checkpoint_with_one_name_of_a_tie_builds_the_tied_layer_from_its_partner() -> None:
+    """The head's only tensor is the embedding's: the load builds it from it, drawing
+    nothing, so its first forward draws only what eager's does (dropout)."""
+    eager = _TiedHead(lazy=False)
+    saved = {k: v for k, v in eager.state_dict().items() if k != "lm_head.weight"}
+    model = _TiedHead()
+    before = torch.get_rng_state()
+    model.load_state_dict(saved, strict=False)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert not lazynn.is_lazy(model)
+    assert model.lm_head.weight is model.shared.weight
+    ids = torch.randint(0, 10, (2, 5))
+    torch.manual_seed(5)
+    expected = eager(ids)
+    torch.manual_seed(5)
+    assert torch.equal(model(ids), expected)

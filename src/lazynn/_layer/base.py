@@ -432,7 +432,10 @@ class LazyLayer(LazyModuleMixin):
                 found[(path, name)] = value.shape
             elif tensor is not None and not is_placeholder(tensor):  # tied to a built one
                 tied[(path, name)] = tensor.shape  # (safetensors saves one name of a tie)
-        if found:
+        if found or len(tied) == len(self._lazynn.placeholders):
+            # (every tensor of the layer tied to a built one, whose checkpoint holds only the
+            # other name of each tie: Hugging Face's save_pretrained; built from them, drawing
+            # nothing, as its values are theirs)
             found |= tied
         if not found:
             return  # nothing built in the checkpoint: stay unbuilt
