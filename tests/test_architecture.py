@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,20 @@ def test_design_doc_lists_exactly_the_wings_and_points_at_their_readmes() -> Non
     assert sorted(listed) == sorted(w for w in WINGS if w != "__main__")
     for wing in FOLDERS:
         assert f"(../src/lazynn/{wing}/README.md)" in design, wing
+
+
+def test_ruff_reads_every_module_of_the_package() -> None:
+    """Its default excludes skip any folder named ``_build``: pyproject.toml lists them without
+    it, and this checks ruff's own list of the files it reads against the tree."""
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff (the dev extra) is not installed")
+    listed = subprocess.run(
+        [ruff, "check", "--show-files", str(PACKAGE)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    seen = {Path(line).resolve() for line in listed if line.endswith(".py")}
+    assert {p.resolve() for p in PACKAGE.rglob("*.py")} <= seen

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +185,30 @@ class _MovesDtypes(nn.Module):
         return self.head(self.narrow(x).float())  # type: ignore[no-any-return]
 
 
+class _CopiesGeneratorStates(nn.Module):
+    """Generators set from another's state after it drew: the default one's
+    (``get_rng_state``), a private one's (``get_state``), a clone (``clone_state``)."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        torch.randn(5)
+        copied = torch.Generator()
+        copied.set_state(torch.get_rng_state())
+        self.register_buffer("copied", torch.randn(3, generator=copied))
+        first = torch.Generator().manual_seed(2)
+        torch.randn(7, generator=first)
+        second = torch.Generator()
+        second.set_state(first.get_state())
+        self.register_buffer("second", torch.randn(3, generator=second))
+        clone = torch.default_generator.clone_state()
+        self.register_buffer("cloned", torch.randn(3, generator=clone))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc(x))  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
@@ -198,6 +223,7 @@ ROWS = {
     ),
     "sets generators": Row(_SetsGenerators, (2, 3)),
     "keeps an EMA copy": Row(_KeepsAnEma, (2, 3)),
+    "copies generator states": Row(_CopiesGeneratorStates, (2, 3)),
     "parametrized": Row(_Parametrized, (2, 3)),
     "moves dtypes": Row(_MovesDtypes, (2, 3)),
     "value-checked draws": Row(
@@ -291,3 +317,38 @@ def test_a_lazy_layer_constructed_and_left_out_of_the_model_is_refused(door: str
     text = str(info.value)
     assert "LazyLinear(out_features=10, bias=True), lazy layer number 2 of its" in text
     assert "Fix: construct it with its sizes written (Linear(...): the eager class)" in text
+
+
+def test_a_summary_leaves_another_threads_draws_from_a_given_generator() -> None:
+    """The factory draws from a generator it was given while another thread draws from it
+    too (forced: ``__init__`` waits on events): the summary puts back only what the code did,
+    and the other thread's draws stay."""
+    given = torch.Generator().manual_seed(7)
+    reached, go = threading.Event(), threading.Event()
+
+    class Waits(nn.Module):
+        def __init__(self, generator: torch.Generator) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(4)
+            self.register_buffer("noise", torch.randn(4, generator=generator))
+            reached.set()
+            assert go.wait(30)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) + self.noise  # type: ignore[no-any-return]
+
+    summary = threading.Thread(
+        target=lambda: lazynn.summary(functools.partial(Waits, given), (2, 3))
+    )
+    summary.start()
+    try:
+        assert reached.wait(30)
+        torch.randn(5, generator=given)  # (another thread's draws, meanwhile)
+        after_theirs = given.get_state()
+    finally:
+        go.set()
+        summary.join(30)
+    # (its stream where their draws left it; its seed field, which the recording marks while
+    # it runs, its own again)
+    assert torch.equal(given.get_state()[8:], after_theirs[8:])
+    assert given.initial_seed() == 7

@@ -12,6 +12,7 @@ forward shares is checked unchanged by the rehearsal.
 
 from __future__ import annotations
 
+import array
 import concurrent.futures
 import copy
 import dataclasses
@@ -399,10 +400,10 @@ def test_each_block_runs_in_its_own_mode() -> None:
 # --- threads -----------------------------------------------------------------------------------
 
 
-def test_another_thread_reads_real_tensors_and_its_calls_wait_while_a_model_rehearses() -> None:
+def test_another_thread_reads_and_runs_the_real_model_while_it_rehearses() -> None:
     """The rehearsal sees the model's tensors as meta on its own thread only: another thread
-    reading them meanwhile reads the real ones; its call of the model waits for the run's end
-    (the model put back), then runs as eager code (forced: the forward waits on events)."""
+    reading them meanwhile reads the real ones, and its call of an eager module runs on them,
+    at once (forced: the forward waits on events)."""
     reached, go = threading.Event(), threading.Event()
 
     class Pause(nn.Module):
@@ -414,47 +415,33 @@ def test_another_thread_reads_real_tensors_and_its_calls_wait_while_a_model_rehe
 
     model = nn.Sequential(nn.Linear(4, 4), Pause(), lazynn.LazyLinear(2))
     weight = model[0].weight
-    outputs: list[Any] = []
     summary = threading.Thread(target=lambda: lazynn.summary(model, (2, 4)))
-    call = threading.Thread(target=lambda: outputs.append(model[0](torch.ones(1, 4))))
     summary.start()
     try:
         assert reached.wait(30)
         assert not weight.is_meta
         assert model[0].weight is weight
-        call.start()
-        call.join(0.5)
-        assert call.is_alive()  # (waiting for the run's end)
+        out = model[0](torch.ones(1, 4))  # (another thread's call: its own, real)
     finally:
         go.set()
         summary.join(30)
-        call.join(30)
-    assert torch.equal(
-        outputs[0], torch.nn.functional.linear(torch.ones(1, 4), weight, model[0].bias)
-    )
+    assert torch.equal(out, torch.nn.functional.linear(torch.ones(1, 4), weight, model[0].bias))
     assert lazynn.is_lazy(model[2])
 
 
-def test_a_worker_left_running_by_a_failed_forward_is_waited_for_and_leaves_no_mode() -> None:
-    """A forward that fails while a worker still runs a block of it: the run waits for the
-    worker's call to end, and the worker's thread is left without the run's modes (a later
-    tensor made there is a real one). Forced: the worker goes on only once the run has begun
-    to end."""
+def test_a_worker_left_running_by_a_failed_forward_ends_without_the_runs_modes() -> None:
+    """A forward that fails while a worker still runs a block of it: the rehearsal does not
+    wait; the worker's call ends under the run's modes, then its thread is left without them
+    (a tensor made there later is a real one). Forced: the worker goes on once the summary
+    has raised."""
     started, finish = threading.Event(), threading.Event()
     pool = concurrent.futures.ThreadPoolExecutor(1)
-    from lazynn._rehearsal.run import Run
-
-    waiting = Run.wait_for_workers
-
-    def let_the_worker_go(run: Run) -> None:
-        finish.set()
-        waiting(run)
 
     class Slow(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             started.set()
             assert finish.wait(30)
-            return x
+            return x * 2
 
     class Net(nn.Module):
         def __init__(self) -> None:
@@ -463,17 +450,19 @@ def test_a_worker_left_running_by_a_failed_forward_is_waited_for_and_leaves_no_m
             self.fc = lazynn.LazyLinear(2)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            pool.submit(self.slow, x)
+            self.running = pool.submit(self.slow, x)
             assert started.wait(30)
             raise ValueError("the forward fails while its worker runs")
 
+    model = Net()
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(Run, "wait_for_workers", let_the_worker_go)
-            with pytest.raises(lazynn.InferenceError, match="the forward fails"):
-                lazynn.summary(Net(), (2, 4))
+        with pytest.raises(lazynn.InferenceError, match="the forward fails"):
+            lazynn.summary(model, (2, 4))
+        finish.set()
         assert pool.submit(lambda: torch.zeros(1).device.type).result(30) == "cpu"
+        assert not nn.modules.module._global_forward_hooks  # (the run's: gone with it)
     finally:
+        finish.set()
         pool.shutdown(wait=True)
 
 
@@ -675,9 +664,10 @@ def test_the_summarys_figures_are_the_models_not_the_forwards(form: str) -> None
 
 class _HoldsState(nn.Module):
     """A forward that moves or fills what its model holds besides modules and tensors: a
-    Python and a numpy random generator (LayerDrop), a numpy array, a weak dictionary of
-    modules, an instance's lru_cache, a slot the forward sets, an object of a dataclass made
-    by make_dataclass, a distribution's parameters."""
+    Python and numpy random generators (LayerDrop), arrays, a weak dictionary of modules, an
+    instance's lru_cache (a full one too), a slot the forward sets (on a class whose
+    __getattr__ answers for unset ones), an object of a dataclass made by make_dataclass, a
+    distribution's parameters, a dead weak proxy (a trainer's back reference)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -685,9 +675,15 @@ class _HoldsState(nn.Module):
         self.python_random = random.Random(0)
         self.numpy_random = np.random.default_rng(0)
         self.legacy_random = np.random.RandomState(0)
-        self.counts = np.zeros(3)
+        self.bits = np.random.PCG64(0)
+        self.counts = array.array("d", [0.0, 0.0, 0.0])
+        self.log = bytearray()
         self.seen: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
         self.shape_of = functools.lru_cache(maxsize=None)(lambda n: (n, 3))
+        self.last = functools.lru_cache(maxsize=1)(lambda x: x * 2)
+        self.last(0)  # (full)
+        trainer = _Slotted()
+        self.gone = weakref.proxy(trainer)  # (dead once __init__ returns)
         self.slotted = _Slotted()
         self.made = dataclasses.make_dataclass("Made", [("calls", int)])(0)
         self.prior = torch.distributions.Normal(torch.zeros(3), torch.ones(3))
@@ -696,16 +692,23 @@ class _HoldsState(nn.Module):
         self.python_random.random()
         self.numpy_random.random()
         self.legacy_random.random_sample()
-        self.counts += 1
+        self.bits.random_raw()
+        for i in range(3):
+            self.counts[i] += 1
+        self.log += b"called"
         self.seen[self.fc] = x
         self.shape_of(x.shape[0])
+        self.last(x)
         self.slotted.cache = x
         self.made.calls += 1
         return self.fc(x) + self.prior.loc  # type: ignore[no-any-return]
 
 
 class _Slotted:
-    __slots__ = ("cache",)
+    __slots__ = ("__weakref__", "cache")
+
+    def __getattr__(self, name: str) -> Any:
+        return None  # (an unset slot reads None here: a default)
 
 
 def test_state_of_other_kinds_is_put_back() -> None:
@@ -714,6 +717,7 @@ def test_state_of_other_kinds_is_put_back() -> None:
         model.python_random.random(),
         model.numpy_random.random(),
         model.legacy_random.random_sample(),
+        model.bits.random_raw(),
     )
     model = _HoldsState()
     lazynn.summary(model, (2, 4))
@@ -722,12 +726,16 @@ def test_state_of_other_kinds_is_put_back() -> None:
         model.python_random.random(),
         model.numpy_random.random(),
         model.legacy_random.random_sample(),
+        model.bits.random_raw(),
     )
     assert after == before
     assert model.counts.tolist() == [0, 0, 0]
+    assert model.log == bytearray()
+    assert model.last.cache_info().currsize == 0  # (its one entry was the run's: dropped)
     assert len(model.seen) == 0
     assert model.shape_of.cache_info().currsize == 0
-    assert not hasattr(model.slotted, "cache")
+    with pytest.raises(AttributeError):
+        _Slotted.cache.__get__(model.slotted)  # type: ignore[attr-defined]
     assert model.made.calls == 0
     assert model(torch.ones(2, 4)).shape == (2, 3)  # (nothing of the run left to trip on)
 

@@ -5,6 +5,7 @@ outside is the eager one."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import warnings
 from typing import Any
 
@@ -163,3 +164,33 @@ def test_what_a_nested_build_read_ambiguously_is_warned_once_by_the_build_of_the
         lazynn.build(ChannelsLast(), (2, 32, 32, 3))
     assert [str(w.message).split(" reads")[0] for w in caught] == ["LazyConv2d at 'body.0'"]
     assert caught[0].category is lazynn.AmbiguousInputWarning
+
+
+def test_a_nested_summary_whose_forward_uses_workers_counts_once_in_the_outer() -> None:
+    """The inner summary's workers are its own: the outer run counts its own calls only."""
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    class Branches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.branches = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.stack([pool.submit(b, x).result(30) for b in self.branches]).sum(0)
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = Branches()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            lazynn.summary(self.body, x)
+            return self.body(x)  # type: ignore[no-any-return]
+
+    try:
+        report = lazynn.summary(Outer(), (4, 8))
+    finally:
+        pool.shutdown(wait=True)
+    rows = {r.path: (r.calls, r.flops) for r in report.rows}
+    assert rows["body.branches.0"] == (1, 2 * 4 * 8 * 8)
+    assert report.total_flops == 2 * 2 * 4 * 8 * 8

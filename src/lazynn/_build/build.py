@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Collection
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 
-from .._module.deferred import Init
-from .._module.deferred import run as run_inits
 from .._errors import (
     InferenceError,
     LazynnError,
@@ -32,23 +29,14 @@ from .._errors import (
     message,
     module_path,
 )
-from .factory import build_factory, is_factory
-from .install import check_threads, install
-from .._layer.infer import CLASS_KEY
 from .._layer.base import LazyLayer
+from .._layer.infer import CLASS_KEY
+from .._module.deferred import Init
+from .._module.deferred import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
 from .._module.placeholder import relocate
-from .progress import Progress
-from .queue import Entry as QueueEntry
-from .queue import built_on_meta, due, ready, run_ready
-from .._rehearsal.collector import paused
-from .._rehearsal.learnt import Rehearsal, TensorInfo
-from .._rehearsal.rehearse import apart, rehearse, warn_notes
-from .replay import Plan, plan, scratch_init
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, context, find_state
-from .._program.program import attach
-from .._program.record import Recorder, recording
 from .._module.tensors import (
     byte_size,
     copy_values,
@@ -57,6 +45,17 @@ from .._module.tensors import (
     own_slots,
     own_tensors,
 )
+from .._program.program import attach
+from .._program.record import Recorder, recording
+from .._rehearsal.collector import paused
+from .._rehearsal.learnt import Rehearsal, TensorInfo
+from .._rehearsal.rehearse import apart, rehearse, warn_notes
+from .factory import build_factory, is_factory
+from .install import check_threads, install
+from .progress import Progress
+from .queue import Entry as QueueEntry
+from .queue import built_on_meta, due, ready, run_ready
+from .replay import Plan, plan, scratch_init
 
 __all__ = ["build", "build_from"]
 
@@ -252,6 +251,7 @@ class _Allocation:
         """Run the work written before the construction of the ``before``-th lazy layer
         (None: all that is left), in the order written; a queued function only once its
         module is built and allocated."""
+
         def written(after: int) -> bool:
             return before is None or after <= before
 
@@ -261,7 +261,8 @@ class _Allocation:
         queued = [
             pair
             for pair in self.queued
-            if written(pair[1].after) and (built_on_meta(pair[0]) if self.on_meta else ready(pair[0]))
+            if written(pair[1].after)
+            and (built_on_meta(pair[0]) if self.on_meta else ready(pair[0]))
         ]
         if not inits and not queued:
             return

@@ -145,9 +145,14 @@ def draft(
         # (recorded: a value the code reads is computed for real, no generator moves)
         # (the meta device and the recorder: lazynn's, which a layer's layout steps out of)
         device, recorder = MetaDevice(), Recorder(generators=generators_of(factory))
-        with running(drafting), _watching_ties(drafting), device, recorder:
-            with own_modes(device, recorder.function_mode):
-                model = made(factory(), where)
+        with (
+            running(drafting),
+            _watching_ties(drafting),
+            device,
+            recorder,
+            own_modes(device, recorder.function_mode),
+        ):
+            model = made(factory(), where)
     except ValueError as error:
         if _UNINITIALIZED not in str(error):
             raise

@@ -86,9 +86,7 @@ def _check(slots: list[_Slot]) -> None:
         )
 
 
-def install(
-    model: nn.Module, target: torch.device, advance: Any = None, threads: int = 1
-) -> int:
+def install(model: nn.Module, target: torch.device, advance: Any = None, threads: int = 1) -> int:
     """Give every meta tensor of ``model`` that keeps a program its value on ``target`` (see
     the module doc); returns how many elements were allocated. ``advance(n)`` is called as
     they are (a progress bar); ``threads`` draw each large fill in parts."""

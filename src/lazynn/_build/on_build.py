@@ -48,12 +48,13 @@ import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin as TorchLazyModuleMixin
 
-from .build import build_from
-from .._module.callers import untraced
-from .._layer.checkpoint import WithAliases
 from .._errors import LazynnError, NeedsValuesError, message, module_path
+from .._layer.checkpoint import WithAliases
+from .._module.callers import untraced
 from .._module.lifecycle import in_build, is_unbuilt, rehearsing
+from .._module.state import BUILD_LOCK, context
 from .._program.record import recording
+from .build import build_from
 from .queue import (
     Entry,
     add,
@@ -69,7 +70,6 @@ from .queue import (
     take,
     tried,
 )
-from .._module.state import BUILD_LOCK, context
 
 __all__ = ["OnBuildHandle", "on_build"]
 

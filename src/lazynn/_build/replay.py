@@ -126,7 +126,9 @@ def plan(
     # (the stream starts where the first lazy layer constructed was: a layer registered later
     # may have been constructed first)
     births = [find_state(m) for _, m in order[first:] if m in lazy]
-    earliest = min((s for s in births if s is not None and s.rng is not None), key=lambda s: s.birth)
+    earliest = min(
+        (s for s in births if s is not None and s.rng is not None), key=lambda s: s.birth
+    )
     state = earliest if earliest.birth < state.birth else state
     assert state.rng is not None  # (earliest has one)
     end = stream.replay(state.rng, eager_after)

@@ -8,13 +8,15 @@ sets and deques in the modules' attributes and in those; the attribute dicts (an
 the other objects there that are state (objects of the user's classes, namespaces: a shared
 state object, a config, a module stashed outside the tree, a torch distribution); closure
 cells; tensors' own attribute dicts; the states of torch's, Python's and numpy's random
-generators; numpy arrays' values; weak dictionaries' items; and an instance's ``lru_cache``
-(cleared, where the run added to it: its entries are the run's meta tensors).
+generators; arrays' and bytearrays' values; weak dictionaries' items; and an instance's
+``lru_cache`` (cleared, where the run computed an entry: its entries are the run's meta
+tensors).
 
 Modules of Python, classes, functions' globals, the runtime's objects (locks, events, threads,
 loggers, files: another thread may be waiting on them), torch's and numpy's other objects,
-and iterators and counters (``itertools.count``: no state to take) are not the model's state,
-and are not taken; nor are lazynn's own objects a model holds while
+iterators and counters (``itertools.count``: no state to take), and numpy arrays (a model may
+reach gigabytes of them, a dataset through a trainer: a forward that writes one is not put
+back) are not the model's state, and are not taken; nor are lazynn's own objects a model holds while
 lazynn works on it (a rehearsal's recording hooks, bound to its run: :data:`UNREACHED`).
 Tensors' values are not taken either: a rehearsal writes only their stand-ins.
 
@@ -34,6 +36,7 @@ to state the snapshot took is undone with the run's (``docs/design.md``, "Thread
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
 import functools
@@ -82,7 +85,9 @@ def put_back(container: Any, content: Any) -> None:
 #: a class attribute: lazynn's own objects a model may hold while lazynn works on it (a
 #: rehearsal's recording hooks, bound to its run), which a snapshot does not take
 UNREACHED = "_lazynn_unreached"
-#: types a forward may write in place, taken whole by :class:`_Reach`
+#: weak proxies (a trainer's back reference): not the model's, and a dead one refuses reads
+_PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
+#: types a forward may write in place, taken whole by :class:`Reach`
 _HOLDERS = (dict, list, set, collections.deque)
 #: types whose instances hold nothing of the model (or nothing a forward writes)
 _LEAVES = (
@@ -90,6 +95,8 @@ _LEAVES = (
     types.ModuleType,
     types.BuiltinFunctionType,
     weakref.ReferenceType,
+    weakref.ProxyType,
+    weakref.CallableProxyType,
     str,
     bytes,
     int,
@@ -146,6 +153,7 @@ class Reach:
             value = pending.pop()
             if (
                 id(value) in seen
+                or type(value) in _PROXIES  # (before isinstance, which a dead one refuses)
                 or isinstance(value, _LEAVES)
                 or value is None
                 or getattr(type(value), UNREACHED, False)
@@ -192,7 +200,10 @@ class Reach:
                 self.classes.append((value, type(value)))
             elif not _state_object(value):
                 continue
-            attrs = getattr(value, "__dict__", None)
+            try:
+                attrs = object.__getattribute__(value, "__dict__")
+            except AttributeError:  # (no attribute dict: slots only, or none)
+                attrs = None
             if isinstance(attrs, dict):
                 self.objects.append((value, dict(attrs)))
                 pending.extend(attrs.values())
@@ -210,8 +221,9 @@ class Reach:
         for obj, attrs in self.objects:
             put_back(obj.__dict__, attrs or None)
         for obj, slots in self.slots:
+            now_values = _slot_values(obj)
             for name, slot_value in slots.items():
-                now = getattr(obj, name, _ABSENT)
+                now = now_values.get(name, _ABSENT)
                 if now is slot_value:
                     continue
                 if slot_value is _ABSENT:  # (set by the run: unset again)
@@ -268,20 +280,26 @@ def _items(container: Any) -> Iterable[Any]:
 
 
 def _slot_values(obj: Any) -> dict[str, Any]:
-    """The values of ``obj``'s ``__slots__``, by name (:data:`_ABSENT` for one not set)."""
+    """The values of ``obj``'s ``__slots__``, by name (:data:`_ABSENT` for one not set), read
+    through each slot's own descriptor (not ``__getattr__``, which may answer for one)."""
     found: dict[str, Any] = {}
     for cls in type(obj).__mro__:
         names = cls.__dict__.get("__slots__", ())
         for name in (names,) if isinstance(names, str) else names:
             if name in ("__dict__", "__weakref__") or name in found:
                 continue
-            found[name] = getattr(obj, name, _ABSENT)
+            slot = cls.__dict__.get(name)
+            try:
+                found[name] = slot.__get__(obj, type(obj)) if slot is not None else _ABSENT
+            except AttributeError:
+                found[name] = _ABSENT
     return found
 
 
 def _opaque(value: Any) -> Callable[[], None] | None:
     """What puts ``value`` back where it is now, where its state is not an attribute dict
-    a snapshot can take (None: it is not such an object)."""
+    a snapshot can take (None: it is not such an object). numpy arrays are not taken: a
+    model may reach gigabytes of them (a dataset, through a trainer)."""
     if isinstance(value, random.Random):
         saved = value.getstate()
         return lambda: value.setstate(saved) if value.getstate() != saved else None
@@ -289,8 +307,11 @@ def _opaque(value: Any) -> Callable[[], None] | None:
         items = list(value.items())
         return lambda: _put_back_weak(value, items)
     if isinstance(value, functools._lru_cache_wrapper):  # (an instance's cache of a function)
-        size = value.cache_info().currsize
-        return lambda: value.cache_clear() if value.cache_info().currsize != size else None
+        misses = value.cache_info().misses  # (a call it had no entry for: one of the run's)
+        return lambda: value.cache_clear() if value.cache_info().misses != misses else None
+    if isinstance(value, bytearray | array.array):
+        content: Any = value[:]
+        return lambda: value.__setitem__(slice(None), content) if value != content else None
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return None
@@ -300,14 +321,18 @@ def _opaque(value: Any) -> Callable[[], None] | None:
     if isinstance(value, numpy.random.Generator):
         bits = value.bit_generator.state
         return lambda: setattr(value.bit_generator, "state", bits)
-    if isinstance(value, numpy.ndarray) and value.flags.writeable and value.dtype != object:
-        copy = value.copy()
-        return lambda: numpy.copyto(value, copy) if not numpy.array_equal(value, copy) else None
+    if isinstance(value, numpy.random.BitGenerator):
+        held = value.state
+        return lambda: setattr(value, "state", held)
     return None
 
 
 def _put_back_weak(holder: Any, items: list[tuple[Any, Any]]) -> None:
-    """A weak dictionary given back its items (those still alive), where it differs."""
-    if list(holder.items()) != items:
+    """A weak dictionary given back its items (those still alive), where it differs (by the
+    identity of its keys and values: a tensor's ``==`` is elementwise)."""
+    now = list(holder.items())
+    if len(now) != len(items) or any(
+        a is not c or b is not d for (a, b), (c, d) in zip(now, items, strict=True)
+    ):
         holder.clear()
         holder.update(items)

@@ -51,6 +51,8 @@ __all__ = [
     "weak",
 ]
 
+#: weak proxies: nothing of the model's (a trainer's back reference), and not to be read
+_PROXIES = frozenset({weakref.ProxyType, weakref.CallableProxyType})
 #: attribute types that hold nothing a snapshot must copy
 _PLAIN = frozenset({bool, int, float, str, type(None), torch.device, torch.dtype})
 
@@ -97,8 +99,8 @@ class Snapshot:
             self.modules.append((module, module.__class__, attrs))
             for value in attrs.values():
                 kind = type(value)
-                if kind in _PLAIN:  # (most of a module's attributes: one look-up)
-                    continue
+                if kind in _PLAIN or kind in _PROXIES:  # (most of a module's attributes;
+                    continue  # a weak proxy, which a dead one's isinstance refuses)
                 if kind is OrderedDict or isinstance(value, dict):
                     # (an empty one, most hook dicts, is put back by clearing it)
                     self.containers.append((value, dict(value) if value else None))

@@ -17,8 +17,10 @@ program it was saved at. Before each step that draws from a generator, and at th
   place that mark names (a replay keeps the generator's state at that place);
 * it is anything else: the code set a state of its own: a :data:`RESEED` step, with it.
 
-:meth:`Marks.release` puts each generator's own seed field back (and the default generator's
-whole state, where the code set it: its draws are the program's, not the process's).
+:meth:`Marks.release` puts each generator's own seed field back, and its whole state where
+the code set it (what it set is a step of the program, not the process's). What the marks
+cannot hide: ``torch.initial_seed()`` (and the seed field of a state) read while a
+construction is recorded is a mark, not the seed (the meta door, a factory's first run).
 
 >>> import torch
 >>> from lazynn._program.tape import Tape, Const
@@ -37,6 +39,7 @@ whole state, where the code set it: its draws are the program's, not the process
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 
 import torch
@@ -45,9 +48,11 @@ from .tape import RESEED, RESTORE, Const, GeneratorRef, Step, Tape
 
 __all__ = ["Marks"]
 
-#: the first 4 bytes of a seed field a recording wrote (the last 4: which mark)
-_TAG = b"lzy\x01"
-_COUNTER = itertools.count(1)
+#: the first 3 bytes of a seed field a recording wrote (then: how deep the recording is
+#: nested in another, and which mark of it: the same in every run of one construction)
+_TAG = b"lzy"
+#: how many recordings are running, nested, on this thread
+_DEPTH = threading.local()
 
 
 def _field(state: torch.Tensor) -> bytes:
@@ -70,21 +75,35 @@ class Marks:
         self.last: dict[int | None, bytes] = {}
         #: mark -> (the key of the generator it was written in, the step after which it was)
         self.places: dict[bytes, tuple[int | None, int]] = {}
-        #: whether the code set the default generator (its own state, not a saved one)
-        self.reseeded = False
+        #: the generators the code set (a state of its own, or one it had saved)
+        self.set: set[int | None] = set()
+        self.depth = getattr(_DEPTH, "value", 0)
+        _DEPTH.value = self.depth + 1
+        self._counter = itertools.count(1)
         self.follow(None, torch.default_generator)
 
     def follow(self, key: int | None, generator: torch.Generator) -> None:
-        """Follow ``generator`` from here (the tape's start for it: place -1)."""
+        """Follow ``generator`` from here (the tape's start for it: place -1). A generator
+        the code set from another it saved a state of (``g.set_state(torch.get_rng_state())``
+        before its first draw) starts where that one was then: a RESTORE step."""
         if key in self.generators or generator.device.type != "cpu":
             return
         self.generators[key] = generator
         self.starts[key] = generator.get_state()
-        self._mark(key, -1)
+        place = self.places.get(_field(self.starts[key]))
+        if place is None:
+            self._mark(key, -1)
+            return
+        source, index = place
+        at = None if source is None else GeneratorRef(source)
+        ref = None if key is None else GeneratorRef(key)
+        self.tape.steps.append(Step(RESTORE, (at, index), {"generator": ref}))
+        self.set.add(key)
+        self._mark(key, len(self.tape.steps) - 1)
 
     def _mark(self, key: int | None, place: int) -> None:
         generator = self.generators[key]
-        mark = _TAG + next(_COUNTER).to_bytes(4, "little")
+        mark = _TAG + bytes([self.depth % 256]) + next(self._counter).to_bytes(4, "little")
         state = generator.get_state()
         state[:8] = torch.tensor(list(mark), dtype=torch.uint8, device="cpu")
         generator.set_state(state)
@@ -114,7 +133,7 @@ class Marks:
             self.tape.steps.append(Step(RESTORE, (at, index), {"generator": ref}))
         else:  # a state of the code's own
             self.tape.steps.append(Step(RESEED, (self.const(state),), {"generator": ref}))
-            self.reseeded = self.reseeded or key is None
+        self.set.add(key)
         self._mark(key, len(self.tape.steps) - 1)
 
     def check_all(self) -> None:
@@ -122,11 +141,12 @@ class Marks:
             self.check(key)
 
     def release(self) -> None:
-        """Each generator as it was: a private one wholly (no draw of the recording moved it;
-        what the code set was a step); the default one wholly too where the code set it, else
-        its seed field only (another thread's draws meanwhile stay)."""
+        """Each generator as it was: wholly where the code set it (what it set was a step of
+        the program, not the process's), else its seed field only (no draw of the recording
+        moved it; another thread's draws from it meanwhile stay)."""
+        _DEPTH.value = self.depth
         for key, generator in self.generators.items():
-            if key is not None or self.reseeded:
+            if key in self.set:
                 generator.set_state(self.starts[key])
                 continue
             state = generator.get_state()

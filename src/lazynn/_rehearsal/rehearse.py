@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from .._errors import (
 )
 from .._module.callers import user_stacklevel
 from .._module.lifecycle import own_modes
+from .._module.placeholder import is_lazy
 from .._module.snapshot import OtherRandom, RandomState, Snapshot
 from .._module.state import BUILD_LOCK, context
 from .._module.tensors import (
@@ -81,22 +83,36 @@ def rehearse(
     else:
         meta_args = as_meta(tuple(args))
         meta_kwargs = as_meta(dict(kwargs))
-    # (apart: inside a rehearsed forward, FLOPs not that forward's; the build lock: no build
-    # changes the model meanwhile, and its first calls wait; inference_mode(False): a
-    # rehearsal inside the mode builds as outside it)
-    ended = threading.Event()  # (another thread's call of the model waits for it)
-    with apart(), paused(), BUILD_LOCK, torch.inference_mode(False):
+    # (apart: inside a rehearsed forward, FLOPs not that forward's)
+    # (the build lock, where the model has lazy modules: the run builds them on meta, and
+    # no build nor first call of them may change the model meanwhile; else the model's own,
+    # so that two rehearsals of it do not run at once; inference_mode(False): a rehearsal
+    # inside the mode builds as outside it)
+    lock = BUILD_LOCK if is_lazy(model) else _lock_of(model)
+    with apart(), paused(), lock, torch.inference_mode(False):
         modules = first_paths(model)
         snapshot = Snapshot(model, reach=True)
         try:
             assert snapshot.reach is not None
             tensors = snapshot.reach.tensors
             return _rehearse(
-                modules, tensors, ended, meta_args, meta_kwargs, training, count_flops, learned
+                modules, tensors, meta_args, meta_kwargs, training, count_flops, learned
             )
         finally:
             snapshot.restore()
-            ended.set()
+
+
+#: a lock for each model a rehearsal runs that has nothing lazy (its rehearsals, one at once)
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_of(model: nn.Module) -> threading.RLock:
+    with _LOCKS_LOCK:
+        found = _LOCKS.get(model)
+        if found is None:
+            found = _LOCKS[model] = threading.RLock()
+        return found
 
 
 @contextlib.contextmanager
@@ -120,7 +136,6 @@ def apart() -> Iterator[None]:
 def _rehearse(
     modules: dict[str, nn.Module],
     tensors: list[torch.Tensor],
-    ended: threading.Event,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     training: bool | None,
@@ -128,8 +143,7 @@ def _rehearse(
     learned: dict[nn.Module, dict[str, Any]] | None,
 ) -> Rehearsal:
     """The run of :func:`rehearse`, on the model's ``modules`` (by first path), which the
-    caller puts back after it (then sets ``ended``); ``tensors``: the real tensors they
-    reach."""
+    caller puts back after it; ``tensors``: the real tensors they reach."""
     here = context()
     outer = here.rehearsal  # (a rehearsal whose forward runs this one: its stand-ins)
     if outer is not None and outer.stand_ins is not None:
@@ -137,51 +151,49 @@ def _rehearse(
         seen.add(tensors)
     else:
         seen = StandIns(tensors)
-    run = Run(modules, count_flops, seen, ended)
-    held = placeholders_on_meta(modules, seen)
-    # The model's figures as they are (a forward that replaces a buffer does not change
-    # them); those of its lazy layers' tensors, once the run has built them
-    figures = {p: _tensor_infos(m) for p, m in modules.items() if p not in held}
-    for module in modules.values():
-        if training is not None:
-            module.training = training
-    run.hook(modules.values())
-    here.rehearsal = run.rehearsing
-    drawn, others = RandomState(), OtherRandom()
-    device = MetaDevice(fast=True, counter=run.counter, stand_ins=seen)
-    seed = torch.initial_seed()
-    try:
-        # (the meta device: what the forward creates without a device is meta, and draws
-        # nothing; lazynn's own work on a layer steps out of it: lifecycle.own_work)
-        with torch.no_grad(), device, own_modes(device):
-            output = run(modules[""], args, kwargs)
-    finally:
-        run.wait_for_workers()
-        here.rehearsal = outer
-        if outer is not None:  # inside another rehearsal's forward: its notes are that one's
-            outer.notes.update(run.rehearsing.notes)
-        if learned is not None:
-            for module in modules.values():
-                sizes = run.rehearsing.sizes.get(id(module))
-                if sizes is not None and module is not run.failed:  # (not the layer that
-                    learned[module] = dict(sizes)  # failed: its input)
-        if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
-            drawn.restore()
-        others.restore()  # (Python's random, numpy's: LayerDrop's draws, if it moved them)
-        for handle in run.handles:
-            handle.remove()
-    for path, ids in held.items():
-        figures[path] = _tensor_infos(modules[path], ids)
-    return Rehearsal(
-        calls=run.calls,
-        types={p: type(m).__name__ for p, m in modules.items()},
-        tensors=figures,
-        sizes=run.sizes,
-        inputs=run.inputs,
-        unreached=[p for p in modules if p in run.lazy and p not in run.calls],
-        output=output,
-        notes=run.notes(),
-    )
+    run = Run(modules, count_flops, seen)
+    with placeholders_on_meta(modules, seen) as held:
+        # The model's figures as they are (a forward that replaces a buffer does not change
+        # them); those of its lazy layers' tensors, once the run has built them
+        figures = {p: _tensor_infos(m) for p, m in modules.items() if p not in held}
+        for module in modules.values():
+            if training is not None:
+                module.training = training
+        run.hook(modules.values())
+        here.rehearsal = run.rehearsing
+        drawn, others = RandomState(), OtherRandom()
+        device = MetaDevice(fast=True, counter=run.counter, stand_ins=seen)
+        seed = torch.initial_seed()
+        try:
+            # (the meta device: what the forward creates without a device is meta, and draws
+            # nothing; lazynn's own work on a layer steps out of it: lifecycle.own_work)
+            with torch.no_grad(), device, own_modes(device):
+                output = run(modules[""], args, kwargs)
+        finally:
+            here.rehearsal = outer
+            run.end()
+            if outer is not None:  # inside another rehearsal's forward: its notes are its
+                outer.notes.update(run.rehearsing.notes)
+            if learned is not None:
+                for module in modules.values():
+                    sizes = run.rehearsing.sizes.get(id(module))
+                    if sizes is not None and module is not run.failed:  # (not the layer
+                        learned[module] = dict(sizes)  # that failed: its input)
+            if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
+                drawn.restore()
+            others.restore()  # (Python's random, numpy's: LayerDrop's, if it moved them)
+        for path, ids in held.items():
+            figures[path] = _tensor_infos(modules[path], ids)
+        return Rehearsal(
+            calls=run.calls,
+            types={p: type(m).__name__ for p, m in modules.items()},
+            tensors=figures,
+            sizes=run.sizes,
+            inputs=run.inputs,
+            unreached=[p for p in modules if p in run.lazy and p not in run.calls],
+            output=output,
+            notes=run.notes(),
+        )
 
 
 def first_paths(model: nn.Module) -> dict[str, nn.Module]:

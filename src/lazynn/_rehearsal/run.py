@@ -35,7 +35,7 @@ from .._errors import (
 )
 from .._layer.arguments import left_in_note
 from .._layer.base import LazyLayer
-from .._module.lifecycle import build_lazy_module, is_lazy_module, is_unbuilt
+from .._module.lifecycle import is_lazy_module
 from .._module.state import Rehearsing, context, find_state
 from .._module.tensors import (
     map_tensors,
@@ -55,22 +55,17 @@ class Run:
     """One run of the model on meta inputs, hooks on every module recording what happens (see
     :func:`rehearse`): each module's calls, the first call's inputs of the lazy modules that
     are not lazynn's, the sizes lazynn's read, the failures by module. Calls are recorded on
-    the rehearsal's thread, and on a thread its forward runs modules on (a worker given meta
-    inputs, which runs them under the run's device mode and FLOP counter; the run waits for
-    its workers' calls to end). Another thread's call of a module of the model (on real
-    inputs) waits for the run's end, the model put back (``ended``), and builds it if it is a
-    lazy layer the run had built on meta (a first call, then)."""
+    the rehearsal's thread, and on a thread its forward runs modules on: a worker that calls
+    one with meta inputs joins the run, its call under the run's device mode and FLOP counter
+    until that call ends (a global hook ends it, even after the run; no one waits). Another
+    thread's call of a module of the model is its own: not recorded, not waited for."""
 
     # (a rehearsal inside the forward does not take this run, its hooks' owner, into its
     # snapshot: what this run records stays)
     _lazynn_unreached = True  # (reach.UNREACHED)
 
     def __init__(
-        self,
-        modules: dict[str, nn.Module],
-        count_flops: bool,
-        stand_ins: StandIns,
-        ended: threading.Event,
+        self, modules: dict[str, nn.Module], count_flops: bool, stand_ins: StandIns
     ) -> None:
         #: each module of the model by its first path
         self.modules = modules
@@ -94,13 +89,18 @@ class Run:
         if counter is not None:
             self.rehearsing.counted = lambda: int(counter.get_total_flops())
         self.thread = threading.get_ident()
-        #: set once the run is over and the model put back
-        self.ended = ended
-        #: per thread: the calls running (for the post hook), and a worker's modes
+        #: the run's thread's context (whose rehearsal is the innermost one running there)
+        self.home = context()
+        #: whether the run is over
+        self.over = False
+        #: per thread: the calls running (for the post hook); a worker's modes, and the
+        #: modules it entered under them
         self._local = threading.local()
-        #: how many workers are inside a call of the run, and their lock
+        #: how many workers are inside a call of the run; the global hook that ends their
+        #: calls (removed by the last of them once the run is over)
         self._workers = 0
-        self._idle = threading.Condition()
+        self._lock = threading.Lock()
+        self._ends: RemovableHandle | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Ended:
         return _ENDED  # (a copy of a module the forward makes: its hooks record nothing)
@@ -134,49 +134,69 @@ class Run:
     def _ours(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> bool:
         """Whether a call belongs to this run: on its thread while no rehearsal nested in its
         forward runs (a summary of a submodule records its own), or on a worker thread the
-        forward runs modules on with meta inputs (which then runs under the run's modes).
-        Another thread's call waits for the run's end (see the class doc)."""
+        forward runs modules on with meta inputs (which then runs under the run's modes,
+        see the class doc)."""
         if threading.get_ident() == self.thread:
             return context().rehearsal is self.rehearsing
+        if self.over or self.home.rehearsal is not self.rehearsing:
+            return False  # (over; or a worker of a rehearsal nested in the forward: its own)
         if getattr(self._local, "modes", None) is not None:
             return True
         metas: list[bool] = []
         map_tensors(lambda t: metas.append(t.is_meta), (a, k))
-        if not any(metas):  # another thread's own call, on real inputs
-            self.ended.wait()
-            if is_unbuilt(module):  # (built on meta by the run: its first call now)
-                build_lazy_module(module, a, k)
-            return False
+        if not any(metas):
+            return False  # (another thread's own call, on real inputs)
         modes: list[Any] = [MetaDevice(stand_ins=self.stand_ins)]
         if self.counter is not None and self.counter.mode is not None:
             modes.append(type(self.counter.mode)(self.counter))  # (its FLOPs are the run's)
         for mode in modes:
             mode.__enter__()
-        self._local.modes = modes
-        with self._idle:
+        self._local.modes, self._local.entered = modes, []
+        with self._lock:
             self._workers += 1
+            if self._ends is None:
+                self._ends = nn.modules.module.register_module_forward_hook(
+                    self._worker_ended, always_call=True
+                )
         return True
 
-    def _worker_done(self) -> None:
-        """A worker's outermost call of the run is over: its modes off, the run told."""
+    def _worker_ended(self, module: nn.Module, a: Any, out: Any) -> None:
+        """A global forward hook: a worker's module call is over; the last of its calls
+        under the run's modes takes them off its thread."""
+        entered = getattr(self._local, "entered", None)
+        if not entered or entered[-1] is not module:
+            return
+        entered.pop()
+        if entered:
+            return
         for mode in reversed(self._local.modes):
             mode.__exit__(None, None, None)
-        self._local.modes = None
-        with self._idle:
+        self._local.modes = self._local.entered = None
+        with self._lock:
             self._workers -= 1
-            self._idle.notify_all()
+            if self.over and not self._workers and self._ends is not None:
+                self._ends.remove()
+                self._ends = None
 
-    def wait_for_workers(self) -> None:
-        """Wait until no worker is inside a call of the run (a forward that failed may have
-        left some running: their calls are the run's)."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._workers == 0)
+    def end(self) -> None:
+        """The run is over: its hooks off the model (a worker still inside a call of it keeps
+        the run's modes until that call ends: see :meth:`_worker_ended`)."""
+        self.over = True
+        for handle in self.handles:
+            handle.remove()
+        with self._lock:
+            if not self._workers and self._ends is not None:
+                self._ends.remove()
+                self._ends = None
 
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         if not self._ours(module, a, k):
             return
         path = self.paths.get(id(module), "?")
         self._stack().append((path, module, a, k, sys.exc_info()[1], self.meter()))
+        entered = getattr(self._local, "entered", None)
+        if entered is not None:  # (a worker's: its modes end with its outermost call)
+            entered.append(module)
         if path not in self.calls:
             self.calls[path] = Call(path, shapes((a, k)), count=0)
             if path in self.lazy:
@@ -188,8 +208,6 @@ class Run:
         if not stack or stack[-1][1] is not module:
             return  # (a pre-hook before this one raised, or not this run's call)
         path, _, entry_a, entry_k, before, start = stack.pop()
-        if not stack and threading.get_ident() != self.thread:  # (a worker's call is over)
-            self._worker_done()
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:  # this module's forward raised
             self.failures.append((raised, (path, module, entry_a, entry_k)))

@@ -33,7 +33,8 @@ run, which its layer's build fills (``rehearse.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ from .._module.placeholder import relocate
 from .._module.state import find_state
 from .._module.tensors import is_placeholder, own_slots, raw
 
-__all__ = ["ATTRIBUTES", "StandIns", "meta_version", "placeholders_on_meta"]
+__all__ = ["ATTRIBUTES", "StandIns", "meta_version", "placeholders_on_meta", "swap_back"]
 
 
 def meta_version(tensor: torch.Tensor) -> torch.Tensor:
@@ -180,27 +181,30 @@ class StandIns:
         return value
 
 
+@contextlib.contextmanager
 def placeholders_on_meta(
     modules: dict[str, nn.Module], seen: StandIns | None = None
-) -> dict[str, dict[str, int]]:
-    """Give each placeholder of ``modules`` (by their paths in the model; the run's snapshot
-    puts them back) a meta placeholder for the run, one per placeholder (ties hold), which
-    its layer's build fills on meta; and each real buffer a lazy layer's build resets
-    (``num_batches_tracked``) a copy. ``seen``: the run's stand-ins, which then show each
-    placeholder to a forward that reaches it elsewhere (a dict that kept a lazy layer's
-    weight) as its meta one. Returns, for each module holding placeholders, by its path, the
-    ``id()`` of the tensor in each of its slots before the run (what counts ties once)."""
-    made: dict[int, torch.Tensor] = {}
+) -> Iterator[dict[str, dict[str, int]]]:
+    """Inside, each placeholder of ``modules`` (by their paths in the model) is a meta
+    placeholder for the run, which its layer's build fills on meta, and each real buffer a
+    lazy layer's build resets (``num_batches_tracked``) a copy of itself: the same objects,
+    their contents swapped (``torch.utils.swap_tensors``), so that what holds one elsewhere
+    (a list, a registry by ``id()``, a tie) holds it still. Each gets its own content back on
+    exit, before the run's snapshot puts back the rest. One whose content torch will not swap
+    (something holds it weakly: a compiled model's guards) is replaced in its slots instead
+    (the snapshot puts them back), and ``seen``, the run's stand-ins, then show it as its
+    meta one wherever else the forward reaches it. Yields, for each module holding
+    placeholders, by its path, the ``id()`` of the tensor in each of its slots (what counts
+    ties once)."""
+    #: id -> (the tensor, its content for the run, the slots and state maps holding it)
+    wanted: dict[int, tuple[torch.Tensor, torch.Tensor, list[tuple[dict[Any, Any], Any]]]] = {}
 
-    def on_meta(placeholder: torch.Tensor) -> torch.Tensor:
-        if raw(placeholder).is_meta:
-            return placeholder
-        found = made.get(id(placeholder))
-        if found is None:
-            found = made[id(placeholder)] = relocate(placeholder, "meta")
-            if seen is not None:
-                seen.stand_in(placeholder, found)
-        return found
+    def for_the_run(tensor: torch.Tensor, place: tuple[dict[Any, Any], Any]) -> None:
+        if id(tensor) not in wanted:
+            placeholder = is_placeholder(tensor)
+            other = relocate(tensor, "meta") if placeholder else tensor.detach().clone()
+            wanted[id(tensor)] = (tensor, other, [])
+        wanted[id(tensor)][2].append(place)
 
     held: dict[str, dict[str, int]] = {}
     for path, module in modules.items():
@@ -210,14 +214,41 @@ def placeholders_on_meta(
             continue
         held[path] = {name: id(t) for _, name, t in slots}
         for store, name, tensor in slots:
-            if is_placeholder(tensor):
-                store[name] = on_meta(tensor)
+            if is_placeholder(tensor) and not raw(tensor).is_meta:
+                for_the_run(tensor, (store, name))
+        lazy = state.placeholders if state is not None else {}
+        for key, tensor in lazy.items():
+            if is_placeholder(tensor) and not raw(tensor).is_meta:
+                for_the_run(tensor, (lazy, key))
         known = getattr(type(module), "known_buffers", ()) if state is not None else ()
         for name in known:  # (a real buffer its build resets: a copy for the run)
             buffer = module._buffers.get(name)
             if buffer is not None and not is_placeholder(buffer):
-                module._buffers[name] = buffer.detach().clone()
-        if state is not None:
-            for key, placeholder in state.placeholders.items():
-                state.placeholders[key] = on_meta(placeholder)
-    return held
+                for_the_run(buffer, (module._buffers, name))
+    swapped: list[tuple[torch.Tensor, torch.Tensor]] = []
+    try:
+        for tensor, other, places in wanted.values():
+            try:
+                torch.utils.swap_tensors(tensor, other)
+            except RuntimeError:  # (held weakly: replaced in its places, put back after)
+                for holder, key in places:
+                    holder[key] = other
+                if seen is not None and is_placeholder(tensor):
+                    seen.stand_in(tensor, other)
+                continue
+            swapped.append((tensor, other))
+        yield held
+    finally:
+        for tensor, other in reversed(swapped):
+            swap_back(tensor, other)
+
+
+def swap_back(tensor: torch.Tensor, other: torch.Tensor) -> None:
+    """Give ``tensor`` back the content :func:`placeholders_on_meta` swapped into ``other``,
+    even where the run made weak references to it (a recurrent layer's flat weights):
+    they refer to the object, which keeps its identity. ``torch.utils.swap_tensors`` refuses
+    any weakly held tensor; this is its swap without that check (``torch._C.
+    _swap_tensor_impl``: private, guarded by tests/ecosystem/test_torch_internals.py)."""
+    tensor.__class__, other.__class__ = other.__class__, tensor.__class__
+    tensor.__dict__, other.__dict__ = other.__dict__, tensor.__dict__
+    torch._C._swap_tensor_impl(tensor, other)

@@ -182,35 +182,35 @@ def _estimated(
 ) -> Memory:
     """:func:`training_memory` on ``model`` itself (``tensors``: the real tensors it reaches),
     which the caller puts back after."""
-    placeholders_on_meta(_first_paths(model))
-    if is_lazy(model):  # built on meta from a rehearsal of its own (lazy layers the forward
-        # does not reach stay unbuilt, and are not counted)
-        learnt = rehearse(model, example_inputs, kwargs)
-        for layer, found in learnt.sizes.items():
-            if isinstance(layer, LazyLayer) and is_unbuilt(layer):
-                layer._lazynn_build(found)
-                finish(layer)
-        for module, (a, k) in learnt.inputs.items():  # (torch's lazy modules, mixins)
-            if is_unbuilt(module):
-                with torch.device("meta"):
-                    build_lazy_module(module, a, k)
-    state = [t for t in _unique(model.parameters(), model.buffers()) if not is_placeholder(t)]
-    trainable = [
-        p for p in _unique(model.parameters()) if p.requires_grad and not is_placeholder(p)
-    ]
-    states = _optimizer_states(
-        cls, [meta_version(p) for p in trainable], dict(optimizer_kwargs or {})
-    )
-    activations = _activations(
-        model, [*tensors, *state], as_meta(tuple(example_inputs)), as_meta(kwargs), paged
-    )
-    return Memory(
-        params=sum(t.nbytes for t in state),
-        gradients=sum(p.nbytes for p in trainable),
-        optimizer_states=states,
-        activations=activations,
-        optimizer=cls.__name__,
-    )
+    with placeholders_on_meta(_first_paths(model)):  # (back as they were, on exit)
+        if is_lazy(model):  # built on meta from a rehearsal of its own (lazy layers the forward
+            # does not reach stay unbuilt, and are not counted)
+            learnt = rehearse(model, example_inputs, kwargs)
+            for layer, found in learnt.sizes.items():
+                if isinstance(layer, LazyLayer) and is_unbuilt(layer):
+                    layer._lazynn_build(found)
+                    finish(layer)
+            for module, (a, k) in learnt.inputs.items():  # (torch's lazy modules, mixins)
+                if is_unbuilt(module):
+                    with torch.device("meta"):
+                        build_lazy_module(module, a, k)
+        state = [t for t in _unique(model.parameters(), model.buffers()) if not is_placeholder(t)]
+        trainable = [
+            p for p in _unique(model.parameters()) if p.requires_grad and not is_placeholder(p)
+        ]
+        states = _optimizer_states(
+            cls, [meta_version(p) for p in trainable], dict(optimizer_kwargs or {})
+        )
+        activations = _activations(
+            model, [*tensors, *state], as_meta(tuple(example_inputs)), as_meta(kwargs), paged
+        )
+        return Memory(
+            params=sum(t.nbytes for t in state),
+            gradients=sum(p.nbytes for p in trainable),
+            optimizer_states=states,
+            activations=activations,
+            optimizer=cls.__name__,
+        )
 
 
 def _as_inputs(examples: Any) -> tuple[Any, ...]:
