@@ -555,3 +555,26 @@ def test_a_function_mode_can_be_stepped_out_of_for_a_while() -> None:
         assert seen == ["ones", "ones"]  # (theirs, then mine under it)
         with own_work():  # (no mode registered: nothing left)
             assert torch._C._len_torch_function_stack() == 2
+
+
+def test_a_tensors_content_can_be_swapped_back_even_while_it_is_held_weakly() -> None:
+    """``torch._C._swap_tensor_impl`` (with ``__class__`` and ``__dict__`` swapped, as
+    ``torch.utils.swap_tensors`` does without its weakref check): a rehearsal gives a
+    placeholder its content back after a run that made weak references to it."""
+    import weakref
+
+    import lazynn
+    from lazynn._module.placeholder import relocate
+    from lazynn._module.tensors import raw
+    from lazynn._rehearsal.stand_ins import swap_back
+
+    placeholder = lazynn.LazyLinear(4).weight
+    other = relocate(placeholder, "meta")
+    torch.utils.swap_tensors(placeholder, other)
+    held = weakref.ref(placeholder)
+    with pytest.raises(RuntimeError, match="weakref"):
+        torch.utils.swap_tensors(placeholder, other)
+    swap_back(placeholder, other)
+    assert held() is placeholder
+    assert raw(placeholder).device.type == "cpu"
+    assert raw(other).device.type == "meta"
