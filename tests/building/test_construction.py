@@ -209,6 +209,25 @@ class _CopiesGeneratorStates(nn.Module):
         return self.head(self.fc(x))  # type: ignore[no-any-return]
 
 
+class _BuildsInside(nn.Module):
+    """``__init__`` that seeds, builds a lazy part itself (``lazynn.build`` on an example
+    drawn from a private generator) and shares one module in two places."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        generator = torch.Generator().manual_seed(2)
+        example = torch.randn(2, 3, generator=generator)
+        inner = nn.Sequential(lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4), nn.ReLU())
+        self.inner = lazynn.build(inner, example) if lazy else inner
+        shared = nn.Linear(4, 4)
+        self.blocks = nn.Sequential(shared, nn.Tanh(), shared)
+        self.fc = lazynn.LazyLinear(2) if lazy else nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.blocks(self.inner(x)))  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
@@ -226,6 +245,7 @@ ROWS = {
     "copies generator states": Row(_CopiesGeneratorStates, (2, 3)),
     "parametrized": Row(_Parametrized, (2, 3)),
     "moves dtypes": Row(_MovesDtypes, (2, 3)),
+    "builds a part itself": Row(_BuildsInside, (2, 3)),
     "value-checked draws": Row(
         _ValueCheckedDraws,
         (2, 3),
@@ -352,3 +372,42 @@ def test_a_summary_leaves_another_threads_draws_from_a_given_generator() -> None
     # it runs, its own again)
     assert torch.equal(given.get_state()[8:], after_theirs[8:])
     assert given.initial_seed() == 7
+
+
+class _IndexesALazyWeight(nn.Module):
+    """``__init__`` steps that need a lazy layer's input size: an index along it, a copy of
+    a tensor of the real shape (the factory's first run knows no size yet)."""
+
+    def __init__(self, step: str) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(8)
+        with torch.no_grad():
+            if step == "index":
+                self.fc.weight[:, 3].zero_()
+            else:
+                self.fc.weight.copy_(torch.ones(8, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", [*DOORS, "summary"])
+@pytest.mark.parametrize("step", ["index", "copy"])
+def test_a_step_in_init_that_needs_a_lazy_size_is_refused_naming_it(door: str, step: str) -> None:
+    """Refused with the real cause (the step, the layer, its stand-in shape, the user's line)
+    and a fix other than the call that failed, not torch's bare error about the stand-in;
+    no generator moved."""
+    before = torch.get_rng_state()
+    factory = functools.partial(_IndexesALazyWeight, step)
+    with pytest.raises(lazynn.UnbuiltError) as info:
+        _ = lazynn.summary(factory, (2, 5)) if door == "summary" else through(door, factory, (2, 5))
+    text = str(info.value)
+    what = "Tensor.__getitem__" if step == "index" else "Tensor.copy_"
+    where = "lazynn.summary(factory)" if door == "summary" else "lazynn.build(factory)"
+    assert text.startswith(where + ": expected a factory whose __init__ steps")
+    assert (
+        f"received {what} on the 'weight' of LazyLinear (standing as a tensor of shape (8, " in text
+    )
+    assert "test_construction.py:" in text  # (the user's line)
+    assert "lazynn.on_build(layer, fn)" in text
+    assert torch.equal(torch.get_rng_state(), before)

@@ -250,3 +250,53 @@ def test_a_finished_queue_leaves_no_hook_behind(how: str) -> None:
         dict(model._load_state_dict_pre_hooks),
         dict(model._load_state_dict_post_hooks),
     ) == hooks
+
+
+# --- a build on meta: queued work recorded, or run at materialize -----------------------------
+
+
+def _lsuv(model: nn.Sequential) -> None:
+    """A data-dependent init (LSUV-like): real data through the model, then a scale."""
+    with torch.no_grad():
+        out = model(X)
+        model[0].weight.div_(out.std())
+
+
+def test_work_that_needs_real_values_runs_at_materialize_with_the_eager_numbers() -> None:
+    """Real data fed through the model cannot run on meta: nothing of it is kept in the
+    program, and materialize runs it on the real tensors, where eager code runs it."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4))
+    _lsuv(eager)
+    after = torch.rand(3)
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4))
+    lazynn.on_build(model, _lsuv)
+    lazynn.materialize(lazynn.build(model, X, device="meta"))
+    assert torch.equal(model[0].weight, eager[0].weight)
+    assert torch.equal(model[0].bias, eager[0].bias)
+    assert torch.equal(torch.rand(3), after)
+
+
+def _writes_then_fails(model: nn.Sequential) -> None:
+    with torch.no_grad():
+        model[0].weight.normal_()
+        model[0].weight.add_(X.sum())  # (fine)
+        model(X)  # (real data through meta weights: fails on meta)
+
+
+def test_work_that_writes_then_fails_on_meta_is_refused_naming_it() -> None:
+    """Its draw is already a step of the program: refused, the model left unbuilt and the
+    generator where it was."""
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4))
+    lazynn.on_build(model, _writes_then_fails)
+    before = torch.get_rng_state()
+    with pytest.raises(lazynn.LazynnError) as info:
+        lazynn.build(model, X, device="meta")
+    text = str(info.value)
+    assert text.startswith("Sequential: expected work queued with lazynn.on_build that runs")
+    assert "received _writes_then_fails, which failed there after drawing or writing" in text
+    assert "Fix: build on the device (lazynn.build(model, example))" in text
+    assert isinstance(model[0], lazynn.LazyLinear)
+    assert torch.equal(torch.get_rng_state(), before)

@@ -548,3 +548,63 @@ def test_a_tie_of_a_sharded_and_a_whole_slot_and_a_failing_later_tape() -> None:
         assert torch.equal(unpack(r["emb"]), eager), r["rank"]
         assert r["refused"]
         assert r["generator kept"]
+
+
+# --- work queued with on_build, under FSDP2 (issue 36) ---------------------------------------
+
+
+class _QueuesInit(nn.Module):
+    """An init that needs the built weight (``orthogonal_``: a QR of the whole matrix), a draw
+    and an in-place scale, queued on a lazy layer (eager code runs it in ``__init__``)."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(8) if lazy else nn.Linear(6, 8)
+        self.b = nn.Linear(8, 4)
+        if lazy:
+            lazynn.on_build(self.a, _queued_init)
+        else:
+            _queued_init(self.a)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+def _queued_init(layer: nn.Module) -> None:
+    nn.init.orthogonal_(layer.weight)
+    with torch.no_grad():
+        layer.bias.normal_()
+        layer.weight.mul_(2)
+
+
+def _queued_worker(rank: int, world: int) -> Report:
+    from torch.distributed.fsdp import fully_shard
+
+    report: Report = {}
+    for form in ("instance", "factory"):
+        torch.manual_seed(0)
+        if form == "factory":
+            model = lazynn.build(functools.partial(_QueuesInit, True), (2, 6), device="meta")
+        else:
+            model = _QueuesInit(True)
+            lazynn.build(model, (2, 6), device="meta")
+        fully_shard(model.a, mesh=_mesh())
+        fully_shard(model, mesh=_mesh())
+        lazynn.materialize(model, "cpu")
+        report[form] = {n: pack(p.full_tensor()) for n, p in model.named_parameters()}
+        report[form + " next draw"] = pack(torch.rand(3))
+    return report
+
+
+def test_work_queued_with_on_build_is_exact_on_each_ranks_shards() -> None:
+    """In both forms, the queued work runs in the build on meta, its steps part of the init
+    programs: each rank's shards take the eager values (in the instance form it ran on the
+    ranks' shards at materialize before, with other values and plain parameters)."""
+    torch.manual_seed(0)
+    eager = _QueuesInit(False)
+    after = torch.rand(3)
+    for r in section(run_sections(_queued_worker), _queued_worker):
+        for form in ("instance", "factory"):
+            for name, value in eager.named_parameters():
+                assert torch.equal(unpack(r[form][name]), value.detach()), (form, name)
+            assert torch.equal(unpack(r[form + " next draw"]), after), form

@@ -639,3 +639,82 @@ def test_a_parameter_made_of_an_unbuilt_data_is_a_parameter_once_built() -> None
     decoder(torch.randn(2, 3))
     assert type(decoder.weight) is nn.Parameter
     assert [n for n, _ in decoder.named_parameters()] == ["weight", "bias"]
+
+
+# --- the methods torch's placeholders allow, one by one (issue 36) ---------------------------
+
+#: Each method torch's ``UninitializedTensorMixin._allowed_methods`` lists (read from torch's
+#: source at run time), called on an unbuilt weight: lazynn answers as torch ("same"), keeps
+#: a placeholder of the new dtype where torch returns a plain empty tensor ("placeholder"), or
+#: refuses a read of a size torch answers with the empty tensor's ("refused"): the README's
+#: table of differences has both rows.
+SWEEP: dict[str, tuple[Callable[[torch.Tensor], Any], str]] = {
+    "__hash__": (lambda t: isinstance(hash(t), int), "same"),
+    "size": (lambda t: tuple(t.size()), "refused"),
+    "copy_": (lambda t: t.copy_(torch.ones(3)), "same"),
+    "is_complex": (lambda t: t.is_complex(), "same"),
+    "is_floating_point": (lambda t: t.is_floating_point(), "same"),
+    "half": (lambda t: t.half(), "placeholder"),
+    "float": (lambda t: t.float(), "same"),
+    "double": (lambda t: t.double(), "placeholder"),
+    "char": (lambda t: t.char(), "refused"),
+    "short": (lambda t: t.short(), "refused"),
+    "int": (lambda t: t.int(), "refused"),
+    "long": (lambda t: t.long(), "refused"),
+    "cuda": (lambda t: t.cuda(), "same"),
+    "cpu": (lambda t: t.cpu(), "same"),
+    "to": (lambda t: t.to(torch.float64), "placeholder"),
+    "get_device": (lambda t: t.get_device(), "same"),
+    "_has_compatible_shallow_copy_type": (
+        lambda t: torch._has_compatible_shallow_copy_type(t, torch.empty(0)),
+        "same",
+    ),
+}
+
+
+def _outcome(call: Callable[[torch.Tensor], Any], tensor: torch.Tensor) -> Any:
+    """What ``call(tensor)`` gives, comparably: a tensor's class name and dtype, a value, or
+    the torch error type it raised (lazynn's errors are both of torch's)."""
+    try:
+        out = call(tensor)
+    except (RuntimeError, ValueError, AssertionError) as error:
+        return ("raised", "ValueError" if isinstance(error, ValueError) else type(error).__name__)
+    if isinstance(out, torch.Tensor):
+        return (type(out).__name__, out.dtype)
+    return out
+
+
+def test_the_sweep_lists_every_method_torchs_placeholders_allow() -> None:
+    allowed = nn.parameter.UninitializedTensorMixin._allowed_methods
+    assert {f.__name__ for f in allowed} == set(SWEEP)
+
+
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_each_method_torchs_placeholders_allow(name: str) -> None:
+    call, expected = SWEEP[name]
+    theirs = _outcome(call, nn.LazyLinear(3).weight)
+    ours = _outcome(call, lazynn.LazyLinear(3).weight)
+    if expected == "same":
+        assert ours == theirs
+    elif expected == "placeholder":
+        assert theirs[0] == "Tensor"  # (torch's: a plain empty tensor, no longer lazy)
+        assert ours == ("UninitializedParameter", theirs[1])
+    else:
+        assert ours == ("raised", "ValueError")  # (UnbuiltError, naming the layer)
+        assert theirs[0] != "raised"
+
+
+def test_storage_identity_is_answered_as_torchs_data_answers() -> None:
+    """``is_set_to`` reads no value (torchrl's target updaters ask it of ``p.data``), and a
+    copy of an unbuilt tensor into an empty one copies nothing, as torch's placeholder's
+    ``.data``, an empty tensor, copies nothing."""
+    for library in (nn, lazynn):
+        layer = library.LazyLinear(3)
+        weight, bias = layer.weight.data, layer.bias.data
+        assert not torch.empty(0).is_set_to(weight)
+        assert weight.is_set_to(layer.weight.data)
+        assert not weight.is_set_to(bias)
+        target = torch.empty(0)
+        assert target.copy_(weight) is target
+    with pytest.raises(lazynn.UnbuiltError, match=r"Tensor\.copy_"):
+        torch.empty(2, 3).copy_(lazynn.LazyLinear(3).weight.data)  # (values it would need)

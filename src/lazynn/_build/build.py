@@ -46,7 +46,7 @@ from .._module.tensors import (
     own_tensors,
 )
 from .._program.program import attach
-from .._program.record import Recorder, recording
+from .._program.record import Recorder
 from .._rehearsal.collector import paused
 from .._rehearsal.learnt import Rehearsal, TensorInfo
 from .._rehearsal.rehearse import apart, rehearse, warn_notes
@@ -54,7 +54,7 @@ from .factory import build_factory, is_factory
 from .install import check_threads, install
 from .progress import Progress
 from .queue import Entry as QueueEntry
-from .queue import built_on_meta, due, ready, run_ready
+from .queue import built_on_meta, due, ready, run_on_meta, run_ready
 from .replay import Plan, plan, scratch_init
 
 __all__ = ["build", "build_from"]
@@ -274,9 +274,7 @@ class _Allocation:
             if isinstance(item[0], Init):
                 run_inits([item], self.inits_done)
             elif self.on_meta:
-                recorder = recording()
-                if recorder is not None:
-                    recorder.mark(item[1].order)
+                run_on_meta(model, item[0], item[1])
             else:
                 with torch.enable_grad():  # (as outside a build: the allocation runs no_grad)
                     run_ready(model, only=[item[1]])

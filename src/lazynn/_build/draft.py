@@ -139,7 +139,7 @@ def draft(
     """The factory's first run, on meta (see the module doc): the model, every lazy layer
     unbuilt (those whose sizes ``known`` gives, by number, laid out with them), and what the
     run recorded. Moves no generator. ``where`` names the caller in errors."""
-    drafting = Drafting(known=dict(known or {}))
+    drafting = Drafting(known=dict(known or {}), where=where)
     others = OtherRandom()
     try:
         # (recorded: a value the code reads is computed for real, no generator moves)
@@ -172,6 +172,13 @@ def draft(
         ) from error
     finally:
         others.restore()  # (numpy's or Python's draws of the code: the real run makes them)
+    paths = {id(m): p for p, m in model.named_modules()}
+    for index, (layer, sizes) in drafting.built.items():
+        entry = drafting.entries[index]
+        if entry.sizes is None and not is_lazy_module(layer):  # (built by __init__ itself)
+            drafting.entries[index] = Entry(
+                entry.cls, entry.kwargs, sizes, paths.get(id(layer), "")
+            )
     for module in model.modules():
         for _, _, tensor in own_slots(module):
             tensor.__dict__.pop(PROBE, None)

@@ -20,10 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._errors import LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module, is_unbuilt
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
 from .._module.tensors import is_placeholder, own_tensors
+from .._program.record import recording
 
 __all__ = [
     "KEY",
@@ -38,6 +40,7 @@ __all__ = [
     "note_loaded",
     "queue_hook",
     "ready",
+    "run_on_meta",
     "run_ready",
     "take",
     "tried",
@@ -200,9 +203,12 @@ def _marked(hook: Any) -> bool:
     return bool(getattr(hook, "_lazynn_queue_hook", False))
 
 
-def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
+def run_ready(
+    scope: nn.Module, only: Collection[Entry] | None = None, on_meta: bool = False
+) -> None:
     """Run the queued functions of ``scope`` and its submodules whose module is ready (of
-    those, ``only`` these if given).
+    those, ``only`` these if given; ``on_meta``: a module built on meta is ready too, in a
+    build on meta, whose recorder takes the functions' steps).
 
     Atomic: if one fails, the due modules' tensors and structure are put back as they were
     and the failed function and those after it stay queued. The functions are taken off their
@@ -210,7 +216,11 @@ def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
     another model, whose own queue then runs as usual.
     """
     with BUILD_LOCK:
-        found = [(m, e) for m, e in due(scope) if (only is None or e in only) and ready(m)]
+        found = [
+            (m, e)
+            for m, e in due(scope)
+            if (only is None or e in only) and (ready(m) or (on_meta and built_on_meta(m)))
+        ]
         if not found:
             return
         modules = list({id(m): m for m, _ in found}.values())
@@ -235,3 +245,52 @@ def run_ready(scope: nn.Module, only: Collection[Entry] | None = None) -> None:
                 module.__dict__[KEY] = replace(queue, running=False)
             elif queue is not None:
                 _drop(module)
+
+
+def run_on_meta(model: nn.Module, module: nn.Module, entry: Entry) -> None:
+    """Queued work in a build on meta: run on the meta tensors, its steps more of the
+    recording (each tensor's init program: ``materialize`` replays it, a rank of a sharded
+    model only its shards). Work that cannot run on meta (it reads values, or feeds real
+    data through the model) and failed before the recording took a step of it is marked
+    instead, where ``materialize`` runs it on the real tensors, when it drew nothing and
+    wrote only tensors it made (its steps are taken back out of the program); else it is
+    refused, naming it."""
+    recorder = recording()
+    assert recorder is not None
+    steps = len(recorder.tape.steps)
+    try:
+        with torch.enable_grad():
+            run_ready(model, only=[entry], on_meta=True)
+    except LazynnError:
+        raise
+    except Exception as error:
+        tried = recorder.tape.steps[steps:]
+        made = {storage for step in tried for storage in step.creates}
+        if any(step.random or step.op.startswith("lazynn::") for step in tried) or any(
+            not made.issuperset(step.writes) for step in tried
+        ):
+            raise _queued_error(model, module, entry, error) from error
+        # (it drew nothing and wrote only what it made: its steps taken out, it runs at
+        # materialize, on the real tensors)
+        del recorder.tape.steps[steps:]
+        recorder.mark(entry.order)
+
+
+def _queued_error(
+    model: nn.Module, module: nn.Module, entry: Entry, error: Exception
+) -> LazynnError:
+    path = next((p for p, m in model.named_modules() if m is module), "")
+    where = f"{type(module).__name__} at '{path}'" if path else type(module).__name__
+    return LazynnError(
+        message(
+            where,
+            "work queued with lazynn.on_build that runs on the meta tensors of a build on "
+            "meta (its steps become the tensors' init programs, which materialize replays, "
+            "a rank of a sharded model only its shards)",
+            f"{getattr(entry.fn, '__qualname__', repr(entry.fn))}, which failed there after "
+            "drawing or writing on the model's tensors",
+            "build on the device (lazynn.build(model, example)) for work that needs real "
+            "values, or run it after lazynn.materialize(model)",
+            detail=first_line(error),
+        )
+    )

@@ -53,7 +53,7 @@ from .._module.lifecycle import (
 )
 from .._module.mixin import LazyModuleMixin
 from .._module.snapshot import RandomState
-from .._module.state import LazyState, context, lazy_state
+from .._module.state import LazyState, context, lazy_state, note_built
 from .._module.tensors import is_placeholder, raw
 from .._program.record import recording
 from .arguments import check_arguments
@@ -339,13 +339,13 @@ class LazyLayer(LazyModuleMixin):
         By default the layer is constructed where and as it was declared (device, dtype),
         then each tensor is converted to its placeholder's dtype and device (as moved since).
         ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
-        ``source`` is an already constructed eager layer to take the tensors from.
-
-        Returns the initializations written on its placeholders (``_deferred``), each with
-        the built tensor, for the caller to run: after this layer (a first call), after every
-        layer (``lazynn.build``), or not at all (a checkpoint that holds them).
+        ``source`` is an already constructed eager layer to take the tensors from. Returns
+        the initializations written on its placeholders (``_deferred``), each with the built
+        tensor, for the caller to run: after this layer (a first call), after every layer
+        (``lazynn.build``), or not at all (a checkpoint that holds them).
         """
         sizes = dict(sizes)
+        note_built(self, sizes)  # (a factory's first run: built by its own __init__)
         chosen = sizes.pop(CLASS_KEY, None)
         if chosen is not None:  # a rank-agnostic layer's class, chosen by the rehearsal
             self.__dict__["cls_to_become"] = chosen

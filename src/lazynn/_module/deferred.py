@@ -51,9 +51,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import frame_locals, func_name
-from .callers import find_tool
-from .state import constructed, next_order
+from .._errors import Fix, LazynnError, UnbuiltError, first_line, frame_locals, func_name, message
+from .callers import find_tool, frames, is_users
+from .state import constructed, context, next_order
 from .tensors import is_placeholder, raw
 
 __all__ = [
@@ -230,10 +230,53 @@ def on_probes(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
         swapped[id(probe)] = value
         return probe
 
-    result = func(*(swap(a) for a in args), **{k: swap(v) for k, v in kwargs.items()})
+    try:
+        result = func(*(swap(a) for a in args), **{k: swap(v) for k, v in kwargs.items()})
+    except LazynnError:
+        raise
+    except Exception as error:  # (a step the stand-in sizes cannot take: the real cause)
+        raise _stand_in_refusal(func, list(swapped.values()), error) from error
     if isinstance(result, torch.Tensor) and id(result) in swapped:
         return swapped[id(result)]
     return result
+
+
+def _stand_in_refusal(
+    func: Callable[..., Any], placeholders: list[torch.Tensor], error: Exception
+) -> UnbuiltError:
+    """The refusal of a step of a factory's ``__init__`` that failed on a lazy layer's
+    stand-in (its probe): the step needs the sizes the first input decides (``weight[:, 3]``,
+    a ``copy_`` of a tensor of the real shape), which the factory's first run does not have."""
+    program = context().program
+    where = getattr(program, "where", "lazynn.build(factory)")
+    owners = ", ".join(
+        f"{getattr(p, '_lazynn_owner', 'a lazy layer')} (standing as a tensor of shape "
+        f"{tuple(p.__dict__[PROBE].shape)})"
+        for p in placeholders
+    )
+    line = next(
+        (
+            f" at {f.f_code.co_filename}:{f.f_lineno}"
+            for f in frames(2)
+            if is_users(f.f_code.co_filename)
+        ),
+        "",
+    )
+    return UnbuiltError(
+        message(
+            where,
+            "a factory whose __init__ steps on a lazy layer's tensors need none of the sizes "
+            "the first input decides (the factory's first run, on meta, does not know them "
+            "yet: each lazy tensor stands as a tensor of stand-in sizes)",
+            f"{func_name(func)} on {owners}{line}, which failed on the stand-in",
+            "write the sizes this step needs into the layer (nn.Linear(in_features, "
+            "out_features) instead of its lazy one), or queue the step until the layer is "
+            "built: lazynn.on_build(layer, fn) (in the factory form it runs as the layer is "
+            "built, where eager code ran it)",
+            detail=first_line(error),
+            key=Fix.ON_BUILD,
+        )
+    )
 
 
 def from_call(

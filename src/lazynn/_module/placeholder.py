@@ -194,6 +194,10 @@ class _Placeholder(_TensorForTyping):
         )
         if func not in NATIVE and not moving and any(probed(v) for v in (*args, *kwargs.values())):
             return on_probes(func, args, kwargs)
+        if func is torch.Tensor.is_set_to and len(args) == 2 and not kwargs:
+            # a question of storage identity, no value read: answered on the plain tensors
+            # (torch's placeholder's `.data` is one: torchrl's target updaters ask it)
+            return _raw(args[0]).is_set_to(_raw(args[1]))
         kept = keep(func, attr, args, kwargs)
         if kept is not None:
             return kept
@@ -229,6 +233,16 @@ class _Placeholder(_TensorForTyping):
                 return func(*args, **kwargs)
             elif func is torch.Tensor.copy_ and all(is_placeholder(a) for a in args[:2]):
                 return self  # unbuilt into unbuilt: there is nothing to copy
+            elif (
+                func is torch.Tensor.copy_
+                and len(args) >= 2
+                and isinstance(args[0], torch.Tensor)
+                and not is_placeholder(args[0])
+                and args[0].numel() == 0
+            ):
+                # unbuilt into an empty tensor: nothing to copy, as torch's empty placeholder
+                # copies nothing (torchrl's target updaters copy into their empty targets)
+                return args[0]
         values = [*args, *kwargs.values()]
         nested = [v for a in values if isinstance(a, (list, tuple)) for v in a]
         culprit = next((a for a in (*values, *nested) if isinstance(a, _Placeholder)), None)

@@ -43,6 +43,7 @@ __all__ = [
     "find_state",
     "lazy_state",
     "next_order",
+    "note_built",
     "record_construction",
 ]
 
@@ -106,6 +107,12 @@ class Drafting:
     #: out with them, for their probes (code that reads their sizes, ``nn.Linear(
     #: self.fc1.in_features, 8)``, reads them)
     known: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the call that runs the factory, for errors (``lazynn.build(factory)``)
+    where: str = "lazynn.build(factory)"
+    #: layer number -> (the layer, the sizes it was last built with) for lazy layers the
+    #: factory's ``__init__`` itself builds (``lazynn.build(inner, x)`` inside it): those
+    #: still built when the run ends take their sizes from there
+    built: dict[int, tuple[nn.Module, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -229,6 +236,15 @@ class LazyState:
 def find_state(module: nn.Module) -> LazyState | None:
     """The module's :class:`LazyState`, or None (a built or an eager module)."""
     return module.__dict__.get(STATE_KEY)
+
+
+def note_built(module: nn.Module, sizes: dict[str, Any]) -> None:
+    """In a factory's first run, note that its ``__init__`` built a lazy layer it constructed
+    (``lazynn.build(inner, x)`` inside it), with these sizes (:attr:`Drafting.built`)."""
+    program = context().program
+    state = find_state(module)
+    if isinstance(program, Drafting) and state is not None and state.index >= 0:
+        program.built[state.index] = (module, dict(sizes))
 
 
 def lazy_state(module: nn.Module) -> LazyState:
