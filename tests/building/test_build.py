@@ -525,7 +525,7 @@ def test_draws_between_construction_and_build_are_not_repeated() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 2))
     a = torch.rand(1000)
-    with pytest.warns(UserWarning, match="drawn between constructing the model and build"):
+    with pytest.warns(UserWarning, match="or between constructing the model and build"):
         lazynn.build(model, (8, 3))
     b = torch.rand(1000)
     for offset in range(0, 64):
@@ -643,3 +643,44 @@ def test_a_lazy_layer_tied_to_an_eager_tensor_builds_and_summarizes(device: str 
     assert type(model.head) is nn.Linear
     assert model.head.weight is model.emb.weight
     assert model.head.in_features == 8
+
+
+def test_an_example_drawn_after_the_construction_is_named_at_the_users_line() -> None:
+    """The usual script (seed, construct, ``x = torch.randn(...)``, build): the warning names
+    the example as what was drawn, how to draw it apart, and points at the user's line, not
+    lazynn's (issue 36, issue 38)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.Linear(4, 2))
+    x = torch.randn(8, 3)
+    with pytest.warns(UserWarning, match="lazynn.build") as caught:
+        lazynn.build(model, x)
+    (warning,) = [w for w in caught if "lazynn.build" in str(w.message)]
+    assert "the example inputs were drawn from torch's generator after the model" in str(
+        warning.message
+    )
+    assert "generator=torch.Generator().manual_seed(0)" in str(warning.message)
+    assert warning.filename == __file__
+
+
+def test_init_code_drawing_on_eager_layers_is_named_as_a_cause() -> None:
+    """An init pass over the eager layers after a lazy one was constructed (T5's post_init):
+    the warning names it, and the factory form, not only a draw before build()."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = lazynn.LazyLinear(4)
+            self.head = nn.Linear(4, 2)
+            nn.init.normal_(self.head.weight, std=0.02)  # (the eager layer drawn again)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.body(x))  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    model = Net()
+    with pytest.warns(UserWarning, match="lazynn.build") as caught:
+        lazynn.build(model, (8, 3))
+    text = " ".join(str(w.message) for w in caught)
+    assert "an init pass over eager layers, such as self.apply(init_fn) or a post_init" in text
+    assert "lazynn.build(Net, example) (the factory form" in text
+    assert all(w.filename == __file__ for w in caught)

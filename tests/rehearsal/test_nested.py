@@ -140,7 +140,7 @@ def test_the_model_built_from_outside_is_the_eager_one(how: str) -> None:
 def test_a_build_inside_the_forward_builds_at_a_first_call(how: str) -> None:
     """As a build does, warning that the head drew after the body's construction."""
     model = Outer(how)
-    with pytest.warns(UserWarning, match="random numbers were drawn between constructing"):
+    with pytest.warns(UserWarning, match="drawn after the first lazy layer was constructed"):
         out = model(X)
     assert out.shape == (2, 4)
     assert not lazynn.is_lazy(model)

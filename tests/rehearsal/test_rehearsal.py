@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import lazynn
 from pauses import MetaPause
@@ -348,6 +348,35 @@ def test_a_layer_built_after_checkpointed_blocks_goes_on_with_their_stream(
     model = _CheckpointedThenHead(reentrant)
     model(x.clone().requires_grad_(True)).sum().backward()
     for mine, theirs in zip(model.parameters(), plain.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    assert torch.equal(torch.get_rng_state(), after)
+
+
+@pytest.mark.parametrize("segments", [2, 3])
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpoint_sequential_gives_a_plain_first_calls_weights(
+    reentrant: bool, segments: int
+) -> None:
+    """``checkpoint_sequential`` runs its last segment unchecked, through the same segment
+    function as the checkpointed ones: the layers built there go on with the checkpointed
+    builds' stream (they took other numbers before issue 36), and the generator ends where a
+    plain first call leaves it."""
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+
+    def model() -> nn.Sequential:
+        return nn.Sequential(
+            lazynn.LazyLinear(8), nn.ReLU(), lazynn.LazyLinear(8), nn.ReLU(), lazynn.LazyLinear(3)
+        )
+
+    torch.manual_seed(0)
+    plain = model()
+    plain(x)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    checkpointed = model()
+    inputs = x.clone().requires_grad_(True)
+    checkpoint_sequential(checkpointed, segments, inputs, use_reentrant=reentrant).sum().backward()
+    for mine, theirs in zip(checkpointed.parameters(), plain.parameters(), strict=True):
         assert torch.equal(mine, theirs)
     assert torch.equal(torch.get_rng_state(), after)
 

@@ -31,6 +31,7 @@ from .._errors import (
 )
 from .._layer.base import LazyLayer
 from .._layer.infer import CLASS_KEY
+from .._module.callers import user_stacklevel
 from .._module.deferred import Init
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
@@ -193,6 +194,7 @@ def build_from(
             dtype,
             progress,
             quiet=partial or nested,
+            examples=(*example_inputs, *example_kwargs.values()),
         )
     if not nested:
         warn_notes(rehearsal.notes.values())
@@ -382,9 +384,10 @@ def _allocate(
     dtype: torch.dtype | None,
     progress: bool | None,
     quiet: bool = False,
+    examples: tuple[Any, ...] = (),
 ) -> None:
     """Allocate every lazy layer the rehearsal sized; ``quiet``: no notes on the plan (a first
-    call's build, which promises no eager twin)."""
+    call's build, which promises no eager twin); ``examples``: the build's inputs."""
     order = list(model.named_modules())
     lazy = set(rehearsal.sizes) | {m for m in rehearsal.inputs if is_lazy_module(m)}
     total = sum(
@@ -393,7 +396,7 @@ def _allocate(
     # (the model's size, for the bar: the eager layers' tensors too, each tie once)
     in_model = {i.ident: i.numel for infos in rehearsal.tensors.values() for i in infos}
     with BUILD_LOCK:
-        chosen = plan(order, lazy, device, torch.get_rng_state())
+        chosen = plan(order, lazy, device, torch.get_rng_state(), examples)
         bar = Progress(total, "lazynn.build", progress, model_total=sum(in_model.values()))
         allocation = _Allocation(rehearsal, chosen, device, dtype, bar)
         try:
@@ -414,7 +417,7 @@ def _allocate(
             # materialize() draws what an eager construction draws.
             torch.set_rng_state(chosen.start)
     for note in [] if quiet else chosen.notes:
-        warnings.warn(f"lazynn.build: {note}", stacklevel=3)
+        warnings.warn(f"lazynn.build: {note}", stacklevel=user_stacklevel())
 
 
 def _real_sizes(sizes: dict[str, Any]) -> dict[str, Any]:

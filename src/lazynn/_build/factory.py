@@ -37,6 +37,7 @@ from torch import nn
 
 from .._errors import InferenceError, LazynnError, message
 from .._layer.base import LazyLayer
+from .._module.callers import user_stacklevel
 from .._module.deferred import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
 from .._module.snapshot import OtherRandom, RandomState, atomic
@@ -358,7 +359,7 @@ def build_factory(
             "construction, so its numbers, and those drawn after it, are not the eager "
             "model's; for an exact eager twin use lazynn's layers (lazynn.LazyLinear..., "
             "lazynn.lazy(cls)), constructed inside the factory",
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     warn_notes(recipe.notes.values())
     return model

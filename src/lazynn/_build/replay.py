@@ -92,9 +92,11 @@ def plan(
     lazy: set[nn.Module],
     device: torch.device | None,
     now: torch.Tensor,
+    examples: tuple[Any, ...] = (),
 ) -> Plan:
     """The plan for a model whose modules, in registration order, are ``order``, whose lazy
-    layers are ``lazy``, built on ``device``, with the generator now at ``now``."""
+    layers are ``lazy``, built on ``device``, with the generator now at ``now``; ``examples``
+    (the build's example inputs) name the cause when they are what was drawn since."""
     first = next((i for i, (_, m) in enumerate(order) if m in lazy), None)
     if first is None:
         return Plan()
@@ -134,7 +136,8 @@ def plan(
     end = stream.replay(state.rng, eager_after)
     # (When a layer cannot be replayed the stream's end is unknown: assume nothing drew.)
     if stream.stopped is None and not torch.equal(end, now):
-        return Plan(tied=frozenset(stream.tied), notes=(_drift_note(order, path),))
+        drawn = _examples_drawn(examples, end, now)
+        return Plan(tied=frozenset(stream.tied), notes=(_drift_note(order, path, drawn),))
     return Plan(
         state.rng,
         frozenset(stream.replay_set),
@@ -304,12 +307,34 @@ class _Trial:
     tied: bool
 
 
-def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
+def _examples_drawn(examples: tuple[Any, ...], end: torch.Tensor, now: torch.Tensor) -> bool:
+    """Whether the numbers drawn since the construction are exactly the example inputs':
+    ``torch.randn`` or ``torch.rand`` of their shapes, in order, from where replaying the
+    construction ends (``end``) gives their values and leaves the generator at ``now``."""
+    tensors = [t for t in examples if isinstance(t, torch.Tensor)]
+    if not tensors or not all(t.device.type == "cpu" and t.is_floating_point() for t in tensors):
+        return False
+    generator = torch.Generator()
+    generator.set_state(end)
+    for tensor in tensors:
+        state = generator.get_state()
+        for draw in (torch.randn, torch.rand):
+            generator.set_state(state)
+            if torch.equal(draw(tensor.shape, generator=generator, dtype=tensor.dtype), tensor):
+                break
+        else:
+            return False
+    return torch.equal(generator.get_state(), now)
+
+
+def _drift_note(order: list[tuple[str, nn.Module]], first: str, examples: bool = False) -> str:
     """Why the generator is not where replaying the construction ends, for the warning.
 
-    A module enclosing the first lazy layer (``first``) may have drawn numbers for tensors of
-    its own in its ``__init__`` after constructing that layer (a ViT's ``cls_token``): draws
-    lazynn cannot replay, since no ``reset_parameters()`` makes them. Name those tensors.
+    ``examples``: the example inputs are what was drawn since (``torch.randn`` between
+    constructing and building): say so, and how to draw them apart. Else a module enclosing
+    the first lazy layer (``first``) may have drawn numbers for tensors of its own in its
+    ``__init__`` after constructing that layer (a ViT's ``cls_token``): draws lazynn cannot
+    replay, since no ``reset_parameters()`` makes them. Name those tensors.
     """
     enclosing = [
         (path, module)
@@ -328,6 +353,14 @@ def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
         "the lazy layers are initialized from the current random state (as a first call "
         "would) and the eager ones keep their values, so the model differs from an eager one"
     )
+    if examples:
+        return (
+            "the example inputs were drawn from torch's generator after the model was "
+            f"constructed (torch.randn(...) between the model and build()): {effect}; for an "
+            "exact eager twin, draw them from a generator of their own (torch.randn(shape, "
+            "generator=torch.Generator().manual_seed(0))) or before the model, or give their "
+            "shapes instead (lazynn.build(model, (4, 16)))"
+        )
     if named:
         return (
             f"the generator is not where replaying the model's construction ends: "
@@ -340,7 +373,10 @@ def _drift_note(order: list[tuple[str, nn.Module]], first: str) -> str:
             "tensors before the first lazy layer in __init__"
         )
     return (
-        "random numbers were drawn between constructing the model and build(): "
-        f"{effect}; for an exact eager twin, seed, construct, then build, or construct it with "
-        "lazynn.build(Net, example) (the factory form)"
+        "random numbers were drawn after the first lazy layer was constructed, by other "
+        "code than the eager layers' own construction: in the model's __init__ (an init "
+        "pass over eager layers, such as self.apply(init_fn) or a post_init; a module "
+        "constructed and left out of the model) or between constructing the model and "
+        f"build(): {effect}; for an exact eager twin, construct it with lazynn.build(Net, "
+        "example) (the factory form: it runs your __init__ with every size known)"
     )

@@ -274,10 +274,12 @@ def in_checkpoint() -> Any:
 def calling(module: object) -> bool:
     """Whether a call of ``module`` (its ``forward``, or a method it called) is on the stack:
     a build outside ``torch.utils.checkpoint`` within the model whose checkpointed blocks built
-    before it (``in_checkpoint``'s owner). Only on a build, after such blocks."""
+    before it (``in_checkpoint``'s owner; a code object: a frame running it, as
+    ``checkpoint_sequential``'s segment function, whose last segment runs unchecked). Only on
+    a build, after such blocks."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame_locals(frame, ("self",)).get("self") is module:
+        if frame.f_code is module or frame_locals(frame, ("self",)).get("self") is module:
             return True
         frame = frame.f_back
     return False
