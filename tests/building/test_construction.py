@@ -228,6 +228,25 @@ class _BuildsInside(nn.Module):
         return self.fc(self.blocks(self.inner(x)))  # type: ignore[no-any-return]
 
 
+class _MixesDevices(nn.Module):
+    """Real tensors made on the CPU in ``__init__`` that take values from the model's (meta, in
+    a recorded construction): a write into a real buffer, and a product of real and model
+    tensors read back (torch does nothing, or returns uninitialized memory, for such mixes on
+    meta)."""
+
+    def __init__(self, lazy: bool) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(3, 4)
+        self.head = nn.Linear(4, 2)
+        self.register_buffer("mirror", torch.zeros(2, device="cpu"))
+        with torch.no_grad():
+            self.mirror.add_(self.head.bias)
+            self.total = float((torch.ones(3, 4, device="cpu") @ self.head.weight.t()).sum())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc(x)) + self.mirror  # type: ignore[no-any-return]
+
+
 ROWS = {
     "reads drawn values": Row(
         _ReadsDraws,
@@ -246,6 +265,11 @@ ROWS = {
     "parametrized": Row(_Parametrized, (2, 3)),
     "moves dtypes": Row(_MovesDtypes, (2, 3)),
     "builds a part itself": Row(_BuildsInside, (2, 3)),
+    "mixes real and meta tensors": Row(
+        _MixesDevices,
+        (2, 3),
+        lambda a, b: a.total == b.total,  # type: ignore[union-attr]
+    ),
     "value-checked draws": Row(
         _ValueCheckedDraws,
         (2, 3),

@@ -262,9 +262,9 @@ def _lsuv(model: nn.Sequential) -> None:
         model[0].weight.div_(out.std())
 
 
-def test_work_that_needs_real_values_runs_at_materialize_with_the_eager_numbers() -> None:
-    """Real data fed through the model cannot run on meta: nothing of it is kept in the
-    program, and materialize runs it on the real tensors, where eager code runs it."""
+def test_work_that_feeds_real_data_through_the_model_gives_the_eager_numbers() -> None:
+    """Real data through meta weights: each step that mixes them is computed for real (the
+    weights' values from the program so far), and what it writes on the model is recorded."""
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Linear(5, 4))
     _lsuv(eager)
@@ -282,12 +282,13 @@ def _writes_then_fails(model: nn.Sequential) -> None:
     with torch.no_grad():
         model[0].weight.normal_()
         model[0].weight.add_(X.sum())  # (fine)
-        model(X)  # (real data through meta weights: fails on meta)
+        if model[0].weight.is_meta:  # (work that cannot run on meta, say)
+            raise RuntimeError("needs allocated memory")
 
 
-def test_work_that_writes_then_fails_on_meta_is_refused_naming_it() -> None:
-    """Its draw is already a step of the program: refused, the model left unbuilt and the
-    generator where it was."""
+def test_work_that_fails_on_meta_is_refused_naming_it() -> None:
+    """Refused (not run again later: its Python ran once already), the model left unbuilt
+    and the generator where it was."""
     torch.manual_seed(0)
     model = nn.Sequential(lazynn.LazyLinear(4))
     lazynn.on_build(model, _writes_then_fails)
@@ -296,7 +297,76 @@ def test_work_that_writes_then_fails_on_meta_is_refused_naming_it() -> None:
         lazynn.build(model, X, device="meta")
     text = str(info.value)
     assert text.startswith("Sequential: expected work queued with lazynn.on_build that runs")
-    assert "received _writes_then_fails, which failed there after drawing or writing" in text
+    assert "received _writes_then_fails, which failed there." in text
     assert "Fix: build on the device (lazynn.build(model, example))" in text
     assert isinstance(model[0], lazynn.LazyLinear)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def _through_meta(make: Any, fns: list[Any]) -> nn.Module:
+    model = make(lazy=True)
+    for fn in fns:
+        lazynn.on_build(model, fn)
+    return lazynn.materialize(lazynn.build(model, X, device="meta"))
+
+
+def _net(lazy: bool, bias: bool = True) -> nn.Sequential:
+    model = nn.Sequential(nn.Linear(5, 5))
+    model.append(lazynn.LazyLinear(4, bias=bias) if lazy else nn.Linear(5, 4, bias=bias))
+    return model.extend([nn.ReLU(), nn.Linear(4, 3)])
+
+
+_OUTSIDE = nn.Linear(4, 3)  # (a tensor outside the model that queued work writes)
+
+
+def _scale_by_output(model: nn.Sequential) -> None:
+    with torch.no_grad():
+        model[1].weight.div_(model(X).std())  # (real data through meta weights)
+
+
+def _write_real_from_meta(model: nn.Sequential) -> None:
+    with torch.no_grad():
+        model[0].bias.add_(model[1].weight.sum())  # (an eager layer's real tensor)
+        _OUTSIDE.weight.zero_().add_(model[3].weight)
+
+
+def _zero_the_head(model: nn.Sequential) -> None:
+    with torch.no_grad():
+        model[3].bias.zero_()
+
+
+def _reads_the_head(model: nn.Sequential) -> None:
+    with torch.no_grad():
+        model[1].weight.mul_(model[3].bias.sum())
+
+
+@pytest.mark.parametrize(
+    ("bias", "fns"),
+    [
+        (False, [_scale_by_output]),
+        (True, [_write_real_from_meta]),
+        (True, [_reads_the_head, _zero_the_head]),
+        (True, [_scale_by_output, _zero_the_head, _write_real_from_meta]),
+    ],
+    ids=["no bias", "real from meta", "read then overwritten", "all"],
+)
+def test_queued_work_mixing_real_and_meta_tensors_gives_the_eager_numbers(
+    bias: bool, fns: list[Any]
+) -> None:
+    """Steps that mix the model's meta tensors with real ones (a real batch, an eager layer's
+    tensors, a tensor outside the model) are computed for real where torch would return
+    uninitialized memory or do nothing (found by review); each function runs once."""
+    _OUTSIDE.weight.data.fill_(7.0)
+    torch.manual_seed(0)
+    eager = _net(False, bias)
+    for fn in fns:
+        fn(eager)
+    expected_outside = _OUTSIDE.weight.detach().clone()
+    after = torch.rand(3)
+    _OUTSIDE.weight.data.fill_(7.0)
+    torch.manual_seed(0)
+    model = _through_meta(lambda lazy: _net(lazy, bias), fns)
+    assert torch.equal(torch.rand(3), after)
+    for (name, mine), theirs in zip(model.named_parameters(), eager.parameters(), strict=True):
+        assert torch.equal(mine, theirs), name
+    assert torch.equal(_OUTSIDE.weight, expected_outside)

@@ -5,6 +5,7 @@ eager model bit for bit, every tensor and the random generator, on every path to
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ import lazynn
 from distributed_util import always_jump, pack, run_ranks, unpack
 from lazynn._cli.main import main
 from real_models import EAGER, LAZY, MODELS, RealModel, every_tensor
+from real_models.t5 import T5ForConditionalGeneration
 
 NAMES = sorted(MODELS)
 INSTANCE = [n for n in NAMES if MODELS[n].instance]
@@ -225,6 +227,85 @@ def test_an_eager_checkpoint_loads_into_the_factory_form(name: str, form: str) -
     # (assign=True gives each key its own parameter: ties are re-made by the model's code,
     # as for an eager model loaded so)
     assert_same_model(lazy, eager, ties=form == "built")
+
+
+# --- a T5 checkpoint saved the Hugging Face way -----------------------------------------------
+
+#: the names Hugging Face leaves out of a T5 checkpoint: aliases of ``shared.weight``
+T5_TIED = set(T5ForConditionalGeneration._tied_weights_keys)
+
+
+def _load_the_hf_way(model: nn.Module, eager: nn.Module, how: str, path: Path) -> None:
+    """Load ``eager``'s weights into ``model`` from a checkpoint that holds a tied tensor under
+    one name: without the head's key; as ``save_pretrained`` writes it (T5's
+    ``_tied_weights_keys`` left out); or through safetensors' ``save_model`` / ``load_model``
+    (which keep one name of each shared tensor, and check the others are its aliases)."""
+    if how == "safetensors":
+        st = pytest.importorskip("safetensors.torch")
+        st.save_model(eager, str(path))
+        assert "lm_head.weight" not in st.load_file(str(path))
+        missing, unexpected = st.load_model(model, str(path))  # (strict)
+        assert not missing
+        assert not unexpected
+        return
+    left_out = {"lm_head.weight"} if how == "without the head's key" else T5_TIED
+    checkpoint = {k: v for k, v in eager.state_dict().items() if k not in left_out}
+    missing, unexpected = model.load_state_dict(checkpoint, strict=False)
+    assert set(missing) == left_out
+    assert not unexpected
+
+
+@pytest.mark.parametrize("how", ["without the head's key", "save_pretrained", "safetensors"])
+@pytest.mark.parametrize("form", ["unbuilt instance", "built"])
+def test_a_t5_checkpoint_saved_the_hugging_face_way_loads_with_its_head_tied(
+    form: str, how: str, tmp_path: Path
+) -> None:
+    """A checkpoint without the tied head's key loads into the lazy T5: every tensor is the
+    eager model's, the head is the embedding's tensor, the first forward is eager's, and the
+    generator is where the form promises (the unbuilt instance: the load and the forward draw
+    nothing, its layers' numbers being the checkpoint's; the factory form: where eager
+    construction then load leaves it)."""
+    model = MODELS["t5"]
+    eager, after_eager = eager_twin(model)  # (loading draws nothing)
+    with torch.no_grad():  # values of its own, unlike any initialization
+        for tensor in eager.parameters():
+            tensor.add_(1.0)
+    torch.manual_seed(0)
+    if form == "unbuilt instance":
+        lazy = model.make(LAZY)
+        assert lazynn.is_lazy(lazy)
+    else:
+        lazy = lazynn.build(model.factory(LAZY), *examples(model))
+    after_construction = torch.get_rng_state()
+    _load_the_hf_way(lazy, eager, how, tmp_path / "model.safetensors")
+    assert not lazynn.is_lazy(lazy)
+    assert_same_model(lazy, eager)
+    assert lazy.lm_head.weight is lazy.shared.weight
+    assert_same_outputs(lazy, eager, model)  # (its first forward)
+    after = after_construction if form == "unbuilt instance" else after_eager
+    assert torch.equal(torch.get_rng_state(), after)
+
+
+def test_a_t5_checkpoint_saved_the_hugging_face_way_loads_into_a_meta_build() -> None:
+    """``from_pretrained``'s low-memory path: constructed on meta, the checkpoint's tensors
+    assigned (the tied keys missing), ``tie_weights()`` (which ``from_pretrained`` calls after
+    loading), then ``materialize``: the eager model, its head the embedding's tensor."""
+    model = MODELS["t5"]
+    eager, _ = eager_twin(model)
+    with torch.no_grad():
+        for tensor in eager.parameters():
+            tensor.add_(1.0)
+    checkpoint = {k: v for k, v in eager.state_dict().items() if k not in T5_TIED}
+    torch.manual_seed(0)
+    lazy = lazynn.build(model.factory(LAZY), *examples(model), device="meta")
+    missing, unexpected = lazy.load_state_dict(checkpoint, strict=False, assign=True)
+    assert set(missing) == T5_TIED
+    assert not unexpected
+    lazy.tie_weights()
+    lazynn.materialize(lazy, "cpu")
+    assert_same_model(lazy, eager)
+    assert lazy.lm_head.weight is lazy.shared.weight
+    assert_same_outputs(lazy, eager, model)
 
 
 # --- FSDP2 on 2 ranks -------------------------------------------------------------------------

@@ -59,6 +59,20 @@ U-Net                                                                (``p.detach
 HiFi-GAN     jik876/hifi-gan ``models.py``                           ``weight_norm`` (applied at
                                                                      the build),
                                                                      ``init_weights``
+DETR         facebookresearch/detr ``detr.py``, ``backbone.py``,      a torchvision ResNet whose
+             ``transformer.py``, ``position_encoding.py``            ``fc`` is constructed and
+                                                                     dropped (its size written:
+                                                                     lazynn refuses a dropped
+                                                                     lazy layer), frozen BN,
+                                                                     layers deep-copied,
+                                                                     ``_reset_parameters``
+                                                                     (``xavier_uniform_``)
+T5           Hugging Face ``modeling_t5.py``                          one shared embedding in
+                                                                     three places, head tied
+                                                                     to it, ``post_init`` with
+                                                                     factor-scaled ``normal_``;
+                                                                     loaded from a checkpoint
+                                                                     without the head's key
 ===========  =====================================================  =========================
 
 One file a model, plus ``kit.py`` (the two kits) and ``table.py`` (``MODELS``). Each model's

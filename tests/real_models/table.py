@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import diffusion_unet, efficientnet, hifigan, mamba, swin
+from . import detr, diffusion_unet, efficientnet, hifigan, mamba, swin, t5
 from .convnext import ConvNeXt
 from .gpt import GPT
 from .kit import LAZY, Kit
@@ -64,6 +64,9 @@ MODELS: dict[str, RealModel] = {
     "diffusion_unet": RealModel(diffusion_unet.make, diffusion_unet.inputs),
     # (its weight_norm waits for the build: an unbuilt instance has no 'weight_g' to load into)
     "hifigan": RealModel(hifigan.make, hifigan.inputs, instance=False),
+    # (its transformer's _reset_parameters is xavier_uniform_, which reads the shapes)
+    "detr": RealModel(detr.make, detr.inputs, instance=False),
+    "t5": RealModel(t5.make, t5.inputs),
 }
 
 

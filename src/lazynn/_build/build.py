@@ -258,8 +258,7 @@ class _Allocation:
             return before is None or after <= before
 
         inits = [pair for pair in self.inits if written(pair[0].after)]
-        # (on meta, the initializations are steps of the recording, and queued work, which
-        # needs values, a mark where materialize runs it)
+        # (on meta, the initializations and the queued work are steps of the recording)
         queued = [
             pair
             for pair in self.queued

@@ -25,8 +25,7 @@ from torch import nn
 from .._errors import ArgumentError, LazynnError, message
 from .._program.program import Program, drop, programs
 from .._program.replay import Block, Ranks, Replay
-from .._program.tape import Step, Tape, View, uninitialized
-from .queue import due, run_ready
+from .._program.tape import Tape, View, uninitialized
 
 __all__ = ["block_offset", "check_threads", "install", "pending", "region"]
 
@@ -107,8 +106,7 @@ def install(model: nn.Module, target: torch.device, advance: Any = None, threads
 
 
 class _Install:
-    """One tape's replay, its values put in their slots (ties: one value for one view); work
-    queued with ``on_build`` runs where the tape marks it, on the values made so far."""
+    """One tape's replay, its values put in their slots (ties: one value for one view)."""
 
     def __init__(
         self,
@@ -146,7 +144,7 @@ class _Install:
 
     def run(self) -> int:
         with torch.inference_mode(False):
-            values = self.replay.run(self.wanted, queued=self.queued)
+            values = self.replay.run(self.wanted)
         for slot in self.slots:
             self.put(slot, values[slot[3].view])
         return self.count
@@ -171,22 +169,6 @@ class _Install:
                 self.advance(made.numel())
         _put(module, name, self.made[key])
         drop(module, name)
-
-    def queued(self, step: Step) -> None:
-        """Run the queued work the step marks, once its module's tensors are put in place."""
-        (order,) = step.args
-        found = next(((m, e) for m, e in due(self.model) if e.order == order), None)
-        if found is None:
-            return
-        module, entry = found
-        inside = {id(m) for m in module.modules()}
-        for slot in self.slots:
-            if id(slot[0]) in inside and _pending_meta(_current(slot[0], slot[2])):
-                value = self.replay.value_of(slot[3].view, self.wanted.get(slot[3].view))
-                if value is not None:
-                    self.put(slot, value)
-        with self.replay.lent(), torch.enable_grad():
-            run_ready(self.model, only=[entry])
 
 
 def check_threads(threads: object, where: str) -> int:

@@ -25,7 +25,6 @@ from .._module.lifecycle import is_lazy_module, is_unbuilt
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
 from .._module.tensors import is_placeholder, own_tensors
-from .._program.record import recording
 
 __all__ = [
     "KEY",
@@ -250,30 +249,15 @@ def run_ready(
 def run_on_meta(model: nn.Module, module: nn.Module, entry: Entry) -> None:
     """Queued work in a build on meta: run on the meta tensors, its steps more of the
     recording (each tensor's init program: ``materialize`` replays it, a rank of a sharded
-    model only its shards). Work that cannot run on meta (it reads values, or feeds real
-    data through the model) and failed before the recording took a step of it is marked
-    instead, where ``materialize`` runs it on the real tensors, when it drew nothing and
-    wrote only tensors it made (its steps are taken back out of the program); else it is
-    refused, naming it."""
-    recorder = recording()
-    assert recorder is not None
-    steps = len(recorder.tape.steps)
+    model only its shards), as a construction recorded on meta runs it (values it reads are
+    computed for real). Work that fails there is refused, naming it; the build is undone."""
     try:
         with torch.enable_grad():
             run_ready(model, only=[entry], on_meta=True)
     except LazynnError:
         raise
     except Exception as error:
-        tried = recorder.tape.steps[steps:]
-        made = {storage for step in tried for storage in step.creates}
-        if any(step.random or step.op.startswith("lazynn::") for step in tried) or any(
-            not made.issuperset(step.writes) for step in tried
-        ):
-            raise _queued_error(model, module, entry, error) from error
-        # (it drew nothing and wrote only what it made: its steps taken out, it runs at
-        # materialize, on the real tensors)
-        del recorder.tape.steps[steps:]
-        recorder.mark(entry.order)
+        raise _queued_error(model, module, entry, error) from error
 
 
 def _queued_error(
@@ -287,8 +271,7 @@ def _queued_error(
             "work queued with lazynn.on_build that runs on the meta tensors of a build on "
             "meta (its steps become the tensors' init programs, which materialize replays, "
             "a rank of a sharded model only its shards)",
-            f"{getattr(entry.fn, '__qualname__', repr(entry.fn))}, which failed there after "
-            "drawing or writing on the model's tensors",
+            f"{getattr(entry.fn, '__qualname__', repr(entry.fn))}, which failed there",
             "build on the device (lazynn.build(model, example)) for work that needs real "
             "values, or run it after lazynn.materialize(model)",
             detail=first_line(error),

@@ -245,8 +245,9 @@ def _stand_in_refusal(
     func: Callable[..., Any], placeholders: list[torch.Tensor], error: Exception
 ) -> UnbuiltError:
     """The refusal of a step of a factory's ``__init__`` that failed on a lazy layer's
-    stand-in (its probe): the step needs the sizes the first input decides (``weight[:, 3]``,
-    a ``copy_`` of a tensor of the real shape), which the factory's first run does not have."""
+    stand-in (its probe): the step may need the sizes the first input decides (``weight[:,
+    3]``, a ``copy_`` of a tensor of the real shape) or the tensor's values, which the
+    factory's first run does not have; or it fails in eager code too (torch's words say)."""
     program = context().program
     where = getattr(program, "where", "lazynn.build(factory)")
     owners = ", ".join(
@@ -265,14 +266,15 @@ def _stand_in_refusal(
     return UnbuiltError(
         message(
             where,
-            "a factory whose __init__ steps on a lazy layer's tensors need none of the sizes "
-            "the first input decides (the factory's first run, on meta, does not know them "
-            "yet: each lazy tensor stands as a tensor of stand-in sizes)",
-            f"{func_name(func)} on {owners}{line}, which failed on the stand-in",
-            "write the sizes this step needs into the layer (nn.Linear(in_features, "
-            "out_features) instead of its lazy one), or queue the step until the layer is "
-            "built: lazynn.on_build(layer, fn) (in the factory form it runs as the layer is "
-            "built, where eager code ran it)",
+            "a factory whose __init__ steps on a lazy layer's tensors need neither their "
+            "values nor the sizes the first input decides (the factory's first run, on "
+            "meta, knows neither yet: each lazy tensor stands as a meta tensor whose "
+            "input-decided sizes are stand-ins)",
+            f"{func_name(func)} on {owners}{line}, which failed there",
+            "if the step fails in eager code too, torch's words below say why; else write "
+            "the sizes it needs into the layer (nn.Linear(in_features, out_features) instead "
+            "of its lazy one), or queue it until the layer is built: lazynn.on_build(layer, "
+            "fn) (in the factory form it runs as the layer is built, where eager code ran it)",
             detail=first_line(error),
             key=Fix.ON_BUILD,
         )

@@ -240,9 +240,10 @@ class _Placeholder(_TensorForTyping):
                 and not is_placeholder(args[0])
                 and args[0].numel() == 0
             ):
-                # unbuilt into an empty tensor: nothing to copy, as torch's empty placeholder
-                # copies nothing (torchrl's target updaters copy into their empty targets)
-                return args[0]
+                # unbuilt into an empty tensor: torch's placeholder is an empty tensor, whose
+                # copy does what torch does (nothing; or its own refusal of the shapes)
+                # (torchrl's target updaters copy into their empty targets)
+                return args[0].copy_(_raw(args[1]))
         values = [*args, *kwargs.values()]
         nested = [v for a in values if isinstance(a, (list, tuple)) for v in a]
         culprit = next((a for a in (*values, *nested) if isinstance(a, _Placeholder)), None)

@@ -54,7 +54,6 @@ from .marks import Marks
 from .replay import Replay
 from .tape import (
     LIKE_OPS,
-    QUEUED,
     Const,
     GeneratorRef,
     Like,
@@ -291,12 +290,6 @@ class Recorder:
             outputs.append(self.view_of(value))
         return tuple(outputs), tuple(creates)
 
-    def mark(self, order: int) -> None:
-        """A step where the queued work of number ``order`` runs (``QUEUED``)."""
-        if self.marks is not None:
-            self.marks.check_all()
-        self.tape.steps.append(Step(QUEUED, (order,), {}))
-
     # --- values computed for real ----------------------------------------------------------
     def evaluate(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``'s value now, computed on the CPU from the steps so far (a real tensor is
@@ -415,11 +408,28 @@ class _Ops(TorchDispatchMode):  # (a Recorder's aten half)
             result = recorder.draw_real(step, func, args, kwargs)
             _note_outputs(recorder, step, result)
             return result
+        if not random and any(
+            isinstance(t, torch.Tensor) and not t.is_meta for t in _written(args, kwargs, written)
+        ):
+            # (a write into a real tensor from meta ones, `buffer.add_(layer.bias)`: torch does
+            # nothing on meta operands; eager code writes the values: computed for real)
+            return func(*_real(recorder, args), **_real(recorder, kwargs))
         try:
             result = _filled_on_meta(func, args, kwargs)
             if result is None:
                 result = func(*args, **kwargs)
+            if not random and any(not t.is_meta for t in _tensors(result)):
+                # (a real result of meta operands, `torch.mm(cpu, meta)`: torch returns
+                # uninitialized memory; eager code computes it: computed for real)
+                return func(*_real(recorder, args), **_real(recorder, kwargs))
         except Exception as error:
+            if not random and any(not t.is_meta for t in tensors):
+                # (meta and real operands, `F.linear(real_batch, meta_weight)`, which torch
+                # refuses across devices: eager code computes it: computed for real)
+                try:
+                    return func(*_real(recorder, args), **_real(recorder, kwargs))
+                except Exception:
+                    raise error from None
             if not meta_limitation(error):
                 raise
             # (no meta kernel, or a shape from values: computed for real, kept on meta)
@@ -464,6 +474,15 @@ def _note_outputs(recorder: Recorder, step: Step, result: Any) -> None:
     steps = recorder.tape.steps
     index = len(steps) - 1 - steps[::-1].index(step)
     steps[index] = dataclasses.replace(step, outputs=outputs, creates=creates)
+
+
+def _written(args: tuple[Any, ...], kwargs: dict[str, Any], written: set[int | str]) -> list[Any]:
+    """The arguments an op writes (``written``: their positions or keyword names)."""
+    return [
+        args[i] if isinstance(i, int) else kwargs.get(i)
+        for i in written
+        if not (isinstance(i, int) and i >= len(args))
+    ]
 
 
 def _meta_device(kwargs: dict[str, Any]) -> bool:

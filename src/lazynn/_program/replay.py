@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -37,7 +36,6 @@ from .rounds import splittable, trunc_normal_block, trunc_normal_whole
 from .stream import Places, Stream
 from .tape import (
     LIKE_OPS,
-    QUEUED,
     RESEED,
     RESTORE,
     Const,
@@ -145,15 +143,12 @@ class Replay:
         upto: int | None = None,
         have: Mapping[int, torch.Tensor] | None = None,
         draw_all: bool = True,
-        queued: Callable[[Step], None] | None = None,
     ) -> dict[View, torch.Tensor]:
         """Run the tape (its first ``upto`` steps) and return each wanted tensor's value: a
         tensor on the device, or for a :class:`Block`, its ``local`` filled. ``have``: storages
         whose values are given (loaded from a checkpoint): their steps only draw.
         ``draw_all``: draw through every random step, so that the generators end where the
-        program leaves them (else only those before the last one a wanted value needs).
-        ``queued(step)`` runs a :data:`QUEUED` step's work, when it is reached (the values
-        so far are in :attr:`env`, and :meth:`lent` lends the default generator)."""
+        program leaves them (else only those before the last one a wanted value needs)."""
         upto = len(self.tape.steps) if upto is None else upto
         given = dict(have or {})
         self.env.update(given)
@@ -200,9 +195,6 @@ class Replay:
                 self._reseed(step)
             elif step.op == RESTORE:
                 self._places.restore(step)
-            elif step.op == QUEUED:
-                if queued is not None:
-                    queued(step)
             elif index in mine:
                 self._run_block(step, blocks)
             elif index in steps:
@@ -243,7 +235,6 @@ class Replay:
         for stream in self.streams.values():
             stream.settle()
 
-    @contextlib.contextmanager
     def lent(self) -> Iterator[None]:
         """The default generator of the device set to the replay's, for code that draws from
         it (queued work), and the replay's set to where that code left it."""

@@ -29,7 +29,6 @@ import torch
 
 __all__ = [
     "LIKE_OPS",
-    "QUEUED",
     "RESEED",
     "RESTORE",
     "Const",
@@ -54,9 +53,6 @@ RESEED = "lazynn::reseed"
 #: program (its arguments: the generator that had it, None for the default one; the step after
 #: which it had it, -1 for the tape's start)
 RESTORE = "lazynn::restore"
-#: the op of a step where work queued with ``lazynn.on_build`` runs (its argument: the
-#: entry's order), as the eager program runs it there
-QUEUED = "lazynn::queued"
 
 
 @dataclass(frozen=True)
