@@ -289,9 +289,10 @@ def test_a_t5_checkpoint_saved_the_hugging_face_way_loads_with_its_head_tied(
 def test_a_t5_checkpoint_saved_the_hugging_face_way_loads_into_a_meta_build() -> None:
     """``from_pretrained``'s low-memory path: constructed on meta, the checkpoint's tensors
     assigned (the tied keys missing), ``tie_weights()`` (which ``from_pretrained`` calls after
-    loading), then ``materialize``: the eager model, its head the embedding's tensor."""
+    loading), then ``materialize``: the eager model, its head the embedding's tensor, and
+    the generator where eager construction leaves it (though nothing was left to draw into)."""
     model = MODELS["t5"]
-    eager, _ = eager_twin(model)
+    eager, after = eager_twin(model)
     with torch.no_grad():
         for tensor in eager.parameters():
             tensor.add_(1.0)
@@ -303,6 +304,7 @@ def test_a_t5_checkpoint_saved_the_hugging_face_way_loads_into_a_meta_build() ->
     assert not unexpected
     lazy.tie_weights()
     lazynn.materialize(lazy, "cpu")
+    assert torch.equal(torch.get_rng_state(), after)
     assert_same_model(lazy, eager)
     assert lazy.lm_head.weight is lazy.shared.weight
     assert_same_outputs(lazy, eager, model)

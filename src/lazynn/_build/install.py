@@ -91,9 +91,14 @@ def install(model: nn.Module, target: torch.device, advance: Any = None, threads
     they are (a progress bar); ``threads`` draw each large fill in parts."""
     slots = pending(model)
     _check(slots)
+    kept = list(programs(model))
     tapes: dict[int, tuple[Tape, list[_Slot]]] = {}
+    # (every tape, also one whose tensors a checkpoint filled since: it still moves the
+    # generators as the eager construction did, drawing through)
+    for _, _, program in kept:
+        tapes.setdefault(id(program.tape), (program.tape, []))
     for slot in slots:
-        tapes.setdefault(id(slot[3].tape), (slot[3].tape, []))[1].append(slot)
+        tapes[id(slot[3].tape)][1].append(slot)
     count, state, done = 0, None, []
     for tape, mine in tapes.values():  # (each tape's default generator starts where the last ended)
         job = _Install(model, tape, mine, target, advance, threads, state)
@@ -102,6 +107,8 @@ def install(model: nn.Module, target: torch.device, advance: Any = None, threads
         done.append(job)
     for job in done:  # (generators moved once every tape ran: a failure leaves them as they were)
         job.replay.finish()
+    for module, name, _ in kept:  # (the programs of tensors a checkpoint filled: spent too)
+        drop(module, name)
     return count
 
 
