@@ -370,3 +370,41 @@ def test_queued_work_mixing_real_and_meta_tensors_gives_the_eager_numbers(
     for (name, mine), theirs in zip(model.named_parameters(), eager.parameters(), strict=True):
         assert torch.equal(mine, theirs), name
     assert torch.equal(_OUTSIDE.weight, expected_outside)
+
+
+@pytest.mark.parametrize("door", ["build", "meta", "threads"])
+def test_a_queued_function_that_calls_the_model_runs_to_its_end_before_the_next(
+    door: str,
+) -> None:
+    """Its call of the model does not run the queue's next function first (the forward's
+    queue hook waits while a function of that queue runs), as eager code runs them in order
+    (found by review: the next one ran inside the first one's forward)."""
+    log: list[str] = []
+
+    def scale(model: nn.Sequential) -> None:
+        log.append("scale")
+        with torch.no_grad():
+            model[0].weight.div_(model(X).std())
+        log.append("scaled")
+
+    def zero(model: nn.Sequential) -> None:
+        log.append("zero")
+        with torch.no_grad():
+            model[2].bias.zero_()
+
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    scale(eager)
+    zero(eager)
+    expected, log[:] = list(log), []
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), lazynn.LazyLinear(3))
+    lazynn.on_build(model, scale)
+    lazynn.on_build(model, zero)
+    if door == "meta":
+        lazynn.materialize(lazynn.build(model, X, device="meta"))
+    else:
+        lazynn.build(model, X, threads=2 if door == "threads" else 1)
+    assert log == expected
+    for mine, theirs in zip(model.parameters(), eager.parameters(), strict=True):
+        assert torch.equal(mine, theirs)

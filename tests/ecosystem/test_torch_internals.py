@@ -578,3 +578,28 @@ def test_a_tensors_content_can_be_swapped_back_even_while_it_is_held_weakly() ->
     assert held() is placeholder
     assert raw(placeholder).device.type == "cpu"
     assert raw(other).device.type == "meta"
+
+
+def test_global_module_hooks_are_kept_in_the_dicts_torch_only_reads() -> None:
+    """``callers.torch_only`` reads torch's private dicts of global module hooks to know that
+    a first call runs only torch's code: each public registration fills one of them."""
+    module = torch.nn.modules.module
+    registrations = [
+        module.register_module_forward_pre_hook,
+        module.register_module_forward_hook,
+        module.register_module_full_backward_pre_hook,
+        module.register_module_full_backward_hook,
+    ]
+    dicts = [
+        module._global_forward_pre_hooks,
+        module._global_forward_hooks,
+        module._global_backward_pre_hooks,
+        module._global_backward_hooks,
+    ]
+    for register, held in zip(registrations, dicts, strict=True):
+        handle = register(lambda *args: None)
+        try:
+            assert len(held) == 1
+        finally:
+            handle.remove()
+        assert not held

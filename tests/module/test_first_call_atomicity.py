@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import pytest
 import torch
 from torch import nn
@@ -222,6 +224,66 @@ def test_forward_failure_rolls_back_the_rng_draws_of_the_build() -> None:
     before = torch.get_rng_state()
     layer(torch.randn(2, 1, 4, 4, 4, generator=torch.Generator().manual_seed(1)))
     assert not torch.equal(torch.get_rng_state(), before)
+
+
+class _Drawing(nn.Module):
+    """A layer whose forward draws from Python's and numpy's generators (a LayerDrop coin,
+    an augmentation), then fails."""
+
+    def __init__(self, features: int, device: object = None, dtype: object = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        random.random()
+        numpy.random.rand()
+        raise RuntimeError("a later step fails")
+
+
+_LazyDrawing = lazynn.lazy(_Drawing, features=lazynn.Infer(dim=-1))
+
+
+@pytest.mark.parametrize("door", ["first call", "build"])
+def test_a_failure_puts_back_pythons_and_numpys_generators(door: str) -> None:
+    """Every random generator as it was (torch's was already): the retry draws what the
+    first attempt would have."""
+    model = _LazyDrawing()
+    python, numpy_state = random.getstate(), numpy.random.get_state()[1].copy()
+    run: Callable[[torch.Tensor], object] = (
+        model if door == "first call" else lambda x: lazynn.build(model, x)
+    )
+    with pytest.raises(RuntimeError, match="a later step fails"):
+        run(torch.ones(2, 5))
+    assert lazynn.is_lazy(model)
+    assert random.getstate() == python
+    assert numpy.array_equal(numpy.random.get_state()[1], numpy_state)
+
+
+def test_a_hook_that_draws_on_a_torch_layer_is_put_back_too() -> None:
+    """A torch.nn layer's own forward draws from neither; a hook the user put on it (or a
+    global one) may, and the first call's rollback then puts them back."""
+
+    def coin(module: nn.Module, args: tuple[object, ...], out: torch.Tensor) -> None:
+        random.random()
+        numpy.random.rand()
+        raise RuntimeError("a hook fails")
+
+    layer = lazynn.LazyLinear(3)
+    layer.register_forward_hook(coin)
+    python, numpy_state = random.getstate(), numpy.random.get_state()[1].copy()
+    with pytest.raises(RuntimeError, match="a hook fails"):
+        layer(torch.ones(2, 5))
+    assert random.getstate() == python
+    assert numpy.array_equal(numpy.random.get_state()[1], numpy_state)
+    plain = lazynn.LazyLinear(3)
+    handle = nn.modules.module.register_module_forward_hook(coin)
+    try:
+        with pytest.raises(RuntimeError, match="a hook fails"):
+            plain(torch.ones(2, 5))
+    finally:
+        handle.remove()
+    assert random.getstate() == python
+    assert numpy.array_equal(numpy.random.get_state()[1], numpy_state)
 
 
 # --- 2. the same failure inside a nested model ------------------------------------------------

@@ -196,7 +196,7 @@ def _before_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
 def _build_and_run(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Build the whole module from a call's arguments, then run the queues in it (before the
     call's forward, which then meets the finished module)."""
-    if rehearsing() or in_build():
+    if rehearsing() or in_build() or _running_here(module):
         return
     with BUILD_LOCK:  # (a queue running in another thread: wait for it)
         if not any(entries(m) for m in module.modules()):
@@ -213,6 +213,16 @@ def _build_and_run(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             if not ready(module):
                 mark_tried(module, kind)
         run_ready(module)
+
+
+def _running_here(module: nn.Module) -> bool:
+    """Whether a queued function of ``module``, of a module in it or of one holding it runs on
+    this thread (and calls the model: its queue's next functions wait for it to end)."""
+    scopes = context().queue_scopes
+    if not scopes:
+        return False
+    inside = {id(m) for m in module.modules()}
+    return any(id(s) in inside or any(m is module for m in s.modules()) for s in scopes)  # type: ignore[attr-defined]
 
 
 def _kind(value: Any) -> Any:

@@ -23,7 +23,7 @@ from torch import nn
 from .._errors import LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module, is_unbuilt
 from .._module.snapshot import atomic
-from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, next_order
+from .._module.state import BUILD_LOCK, QUEUE_KEY, WAITING, constructed, context, next_order
 from .._module.tensors import is_placeholder, own_tensors
 
 __all__ = [
@@ -232,8 +232,13 @@ def run_ready(
                 left = tuple(e for e in queue.entries if e not in gone)
                 module.__dict__[KEY] = replace(queue, entries=left, running=True)
             loaded = [pair for m in modules for pair in _loaded_values(m)]
-            for module, entry in found:
-                entry.fn(module)
+            scopes = context().queue_scopes
+            scopes.extend(modules)
+            try:
+                for module, entry in found:
+                    entry.fn(module)
+            finally:
+                del scopes[len(scopes) - len(modules) :]
             with torch.no_grad():
                 for tensor, value in loaded:  # (loaded values win, as after eager code)
                     if tensor.shape == value.shape:

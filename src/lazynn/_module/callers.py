@@ -46,6 +46,7 @@ __all__ = [
     "in_checkpoint",
     "is_users",
     "scripted_path",
+    "torch_only",
     "under_dynamo",
     "untraced",
     "user_stacklevel",
@@ -287,6 +288,26 @@ def calling(module: object) -> bool:
 
 #: the locals naming the checkpointed function in torch.utils.checkpoint's frames
 _CHECKPOINTED = ("run_function", "function")
+
+
+def torch_only(module: nn.Module) -> bool:
+    """Whether a first call of ``module`` runs only torch's code and lazynn's (which draw from
+    no Python or numpy generator): its eager class's forward is torch.nn's, it holds no hook
+    but its build hook, and no global module hook is registered. (torch keeps the global
+    hooks in private dicts of ``torch.nn.modules.module``, read only here;
+    tests/ecosystem/test_torch_internals.py checks that the public registration fills them.)"""
+    eager = module.__dict__.get("cls_to_become") or getattr(type(module), "cls_to_become", None)
+    if eager is None or not getattr(eager.forward, "__module__", "").startswith("torch.nn."):
+        return False
+    if len(module._forward_pre_hooks) > 1 or module._forward_hooks or module._backward_hooks:
+        return False
+    hooks = torch.nn.modules.module
+    return not (
+        hooks._global_forward_pre_hooks
+        or hooks._global_forward_hooks
+        or hooks._global_backward_pre_hooks
+        or hooks._global_backward_hooks
+    )
 
 
 def under_dynamo() -> bool:

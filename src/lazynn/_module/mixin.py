@@ -31,7 +31,15 @@ from torch.utils.hooks import RemovableHandle
 
 from .._errors import UnbuiltError, message, module_path
 from . import registries  # noqa: F401  (registers the placeholders with torch)
-from .callers import calling, find_tool, in_checkpoint, under_dynamo, untraced, user_stacklevel
+from .callers import (
+    calling,
+    find_tool,
+    in_checkpoint,
+    torch_only,
+    under_dynamo,
+    untraced,
+    user_stacklevel,
+)
 from .lifecycle import (
     attach,
     finish,
@@ -235,7 +243,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         here.built_here, here.deferred = built, deferred
         here.covered.add(id(self))
         try:
-            with atomic(self):
+            with atomic(self, others=not torch_only(self)):
                 try:
                     result = call(*args, **kwargs)
                 except BaseException as error:

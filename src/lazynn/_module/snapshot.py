@@ -184,12 +184,17 @@ class RandomState:
 
 @contextlib.contextmanager
 def atomic(
-    *models: nn.Module, values: bool = False, undo: Callable[[], None] | None = None
+    *models: nn.Module,
+    values: bool = False,
+    undo: Callable[[], None] | None = None,
+    others: bool = True,
 ) -> Iterator[None]:
     """What runs inside happens whole, or not at all: on any exception, ``undo()`` runs (a
     step the snapshot cannot see), then every module below each of ``models`` is put back as it
-    was (``values``: the values of its real tensors too) and every random generator, and the
-    exception propagates. A caller that holds no model passes none (generators only).
+    was (``values``: the values of its real tensors too) and every random generator (torch's;
+    Python's and numpy's unless ``others`` is False: a caller that runs only torch's code,
+    which never draws from them, saves their snapshot), and the exception propagates. A caller
+    that holds no model passes none (generators only).
 
     >>> import torch, lazynn
     >>> layer = lazynn.LazyLinear(2)
@@ -205,6 +210,7 @@ def atomic(
     """
     snapshots = [Snapshot(model, values=values) for model in models]
     rng = RandomState()
+    outside = OtherRandom() if others else None  # (the code may draw from Python's, numpy's)
     try:
         yield
     except BaseException:
@@ -213,6 +219,8 @@ def atomic(
         for snapshot in snapshots:
             snapshot.restore()
         rng.restore()
+        if outside is not None:
+            outside.restore()
         raise
 
 

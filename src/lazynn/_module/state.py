@@ -158,6 +158,10 @@ class Context:
     #: meta device and recorder), which its own work on a layer steps out of
     #: (``lifecycle.own_work``)
     own_modes: list[object] = field(default_factory=list)
+    #: the modules whose queued functions (``on_build``) are running on this thread: a call
+    #: of one of them inside such a function runs no other of its functions first (eager
+    #: code runs each to its end, in order)
+    queue_scopes: list[object] = field(default_factory=list)
 
 
 _LOCAL = threading.local()
