@@ -106,6 +106,11 @@ class _XavierNet(nn.Module):
         self.fc = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
         nn.init.xavier_uniform_(self.fc.weight)  # (needs the shape: the factory form)
         nn.init.zeros_(self.fc.bias)
+        # (steps that name a memory format, which torch.save's pickle protocol cannot keep:
+        # Swin's and EVA-02's relative-position tables are made so)
+        self.register_buffer("index", torch.arange(4.0).view(2, 2).t().contiguous())
+        images = torch.randn(1, 2, 3, 3).contiguous(memory_format=torch.channels_last)
+        self.register_buffer("images", images)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x)  # type: ignore[no-any-return]
@@ -139,6 +144,7 @@ def test_a_meta_built_model_keeps_its_init_programs_wherever_it_goes(how: str) -
     assert all(t.is_meta for t in model.parameters())
     lazynn.materialize(model, "cpu")
     assert same_state(model, eager)
+    assert model[0].images.is_contiguous(memory_format=torch.channels_last)
 
 
 # --- partial writes: never uninitialized memory (case 5) -----------------------------------
@@ -876,3 +882,51 @@ def test_one_private_generator_is_one_generator_of_the_program(door: str) -> Non
         lazynn.materialize(model, "cpu")
     assert same_state(model, eager)
     assert torch.equal(_PRIVATE.get_state(), after)
+
+
+# --- tensors replaced since the meta build: loaded, or refused (issue 37) ----------------------
+
+
+def _meta_built() -> nn.Module:
+    torch.manual_seed(0)
+    return lazynn.build(
+        lambda: nn.Sequential(lazynn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 3)), X, device="meta"
+    )
+
+
+@pytest.mark.parametrize("then", ["nothing", "pickled"])
+def test_to_empty_then_materialize_is_refused_naming_the_tensors(then: str) -> None:
+    """``to_empty`` leaves uninitialized memory where the programs would have given values
+    (torchtitan's trainer step): refused, never returned silently; the model unchanged."""
+    model = _meta_built()
+    model.to_empty(device="cpu")
+    if then == "pickled":
+        model = pickle.loads(pickle.dumps(model))
+    held = [id(t) for t in model.parameters()]
+    with pytest.raises(lazynn.LazynnError) as info:
+        lazynn.materialize(model)
+    text = str(info.value)
+    assert "module.to_empty(), which leaves uninitialized memory" in text
+    assert "'0.weight', '0.bias', '2.weight', '2.bias'" in text
+    assert "Fix: materialize before to_empty" in text
+    assert [id(t) for t in model.parameters()] == held
+
+
+@pytest.mark.parametrize("how", ["in place after to_empty", "assign", "assign after pickle"])
+def test_tensors_a_checkpoint_loaded_since_the_meta_build_are_kept(how: str) -> None:
+    """A checkpoint loaded into them vouches for their values (loaded values win); a tensor
+    tied to a loaded one too. The programs are then spent: the module is plain torch.nn."""
+    _, checkpoint = _checkpoint()
+    model = _meta_built()
+    if how == "in place after to_empty":
+        model.to_empty(device="cpu")
+        model.load_state_dict(checkpoint)
+    else:
+        if how == "assign after pickle":
+            model = pickle.loads(pickle.dumps(model))
+        model.load_state_dict(checkpoint, assign=True)
+    lazynn.materialize(model)
+    for mine, theirs in zip(model.state_dict().values(), checkpoint.values(), strict=True):
+        assert torch.equal(mine, theirs)
+    assert all(not m._load_state_dict_pre_hooks for m in model.modules())
+    assert all(not any(k.startswith("_lazynn") for k in vars(m)) for m in model.modules())

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .._errors import ArgumentError, LazynnError, message
-from .._program.program import Program, drop, programs
+from .._program.program import PROGRAM_KEY, Program, drop, loaded, programs, tensor_slots
 from .._program.replay import Block, Ranks, Replay
 from .._program.tape import Tape, View, uninitialized
 
@@ -85,6 +85,42 @@ def _check(slots: list[_Slot]) -> None:
         )
 
 
+def _check_replaced(model: nn.Module, kept: list[tuple[nn.Module, str, Program]]) -> None:
+    """Refuse tensors replaced since the build on meta other than by a checkpoint load
+    (``to_empty``: uninitialized memory; an assignment) whose values nothing vouches for: not
+    loaded, nor tied to a tensor a checkpoint loaded or the build made real."""
+    vouched: set[int] = set()
+    for module in model.modules():
+        programmed = module.__dict__.get(PROGRAM_KEY, {})
+        for _, name, tensor in tensor_slots(module):
+            if name not in programmed or name in loaded(module):
+                vouched.add(id(tensor))
+    left = [
+        (module, name)
+        for module, name, _ in kept
+        if not _pending_meta(tensor := _current(module, name)) and id(tensor) not in vouched
+    ]
+    if not left:
+        return
+    paths = {id(m): p for p, m in model.named_modules()}
+    named = [_label(paths.get(id(m), ""), n) for m, n in left]
+    raise LazynnError(
+        message(
+            "lazynn.materialize",
+            "each tensor of the build on meta still on meta (materialize gives it its "
+            "values), or loaded from a checkpoint since",
+            "tensors replaced since the build by something other than a load ("
+            "module.to_empty(), which leaves uninitialized memory, or an assignment): "
+            + ", ".join(f"'{t}'" for t in named[:8])
+            + (" ..." if len(named) > 8 else ""),
+            "materialize before to_empty (it allocates each tensor, or each rank's shard of "
+            "it, with the eager values: build(..., device='meta'), shard, materialize), or "
+            "load a checkpoint into them (load_state_dict(..., assign=True))",
+            outcome="the model is unchanged",
+        )
+    )
+
+
 def install(model: nn.Module, target: torch.device, advance: Any = None, threads: int = 1) -> int:
     """Give every meta tensor of ``model`` that keeps a program its value on ``target`` (see
     the module doc); returns how many elements were allocated. ``advance(n)`` is called as
@@ -92,6 +128,7 @@ def install(model: nn.Module, target: torch.device, advance: Any = None, threads
     slots = pending(model)
     _check(slots)
     kept = list(programs(model))
+    _check_replaced(model, kept)
     tapes: dict[int, tuple[Tape, list[_Slot]]] = {}
     # (every tape, also one whose tensors a checkpoint filled since: it still moves the
     # generators as the eager construction did, drawing through)

@@ -74,8 +74,9 @@ def materialize(
 
     Raises:
         LazynnError: a lazy layer is still unbuilt, a module with meta tensors and no program
-            has no ``reset_parameters()``, or a tensor would hold uninitialized memory
-            (nothing is changed).
+            has no ``reset_parameters()``, a tensor would hold uninitialized memory, or a
+            tensor was replaced since the build other than by a checkpoint load
+            (``module.to_empty()``: materialize instead; nothing is changed).
         ArgumentError: ``threads`` is not a whole number of 1 or more.
 
     >>> import torch, lazynn

@@ -31,10 +31,12 @@ from torch import nn
 from .record import Recorder
 from .tape import Tape, View
 
-__all__ = ["PROGRAM_KEY", "Program", "attach", "drop", "programs", "tensor_slots"]
+__all__ = ["PROGRAM_KEY", "Program", "attach", "drop", "loaded", "programs", "tensor_slots"]
 
 #: the attribute of a module that holds its tensors' programs, by name
 PROGRAM_KEY = "_lazynn_programs"
+#: the attribute of a module that holds the names of those tensors a checkpoint loaded since
+LOADED_KEY = "_lazynn_loaded"
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,24 @@ def attach(model: nn.Module, recorder: Recorder) -> None:
                     bool(tensor.requires_grad),
                 )
         if found:
+            if PROGRAM_KEY not in module.__dict__:
+                module.register_load_state_dict_pre_hook(_note_loaded)
             module.__dict__[PROGRAM_KEY] = {**module.__dict__.get(PROGRAM_KEY, {}), **found}
+
+
+def _note_loaded(module: nn.Module, state_dict: Any, prefix: str, *rest: Any) -> None:
+    """A checkpoint loads into ``module``: note which of its tensors that keep a program it
+    gives (a tensor replaced since the build, not by a load, is refused: ``to_empty`` leaves
+    uninitialized memory)."""
+    kept = module.__dict__.get(PROGRAM_KEY, {})
+    names = {name for name in kept if prefix + name in state_dict}
+    if names:
+        module.__dict__[LOADED_KEY] = frozenset(module.__dict__.get(LOADED_KEY, ())) | names
+
+
+def loaded(module: nn.Module) -> frozenset[str]:
+    """The names of ``module``'s tensors that keep a program and that a checkpoint loaded."""
+    return frozenset(module.__dict__.get(LOADED_KEY, ()))
 
 
 def programs(model: nn.Module) -> Iterator[tuple[nn.Module, str, Program]]:
@@ -93,5 +112,9 @@ def drop(module: nn.Module, name: str) -> None:
     kept = module.__dict__.get(PROGRAM_KEY)
     if kept is not None:
         kept.pop(name, None)
-        if not kept:
+        if not kept:  # (the last: the module is plain torch.nn again)
             del module.__dict__[PROGRAM_KEY]
+            module.__dict__.pop(LOADED_KEY, None)
+            hooks = module._load_state_dict_pre_hooks
+            for key in [k for k, h in hooks.items() if getattr(h, "hook", h) is _note_loaded]:
+                del hooks[key]

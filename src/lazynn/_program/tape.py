@@ -21,6 +21,7 @@ tape keeps. A step that sets a generator (``torch.manual_seed`` in ``__init__``)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,7 +137,46 @@ class Tape:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["owners"] = []
+        # (torch.save pickles with protocol 2, where a torch.memory_format cannot be pickled:
+        # `.contiguous()` in __init__ records one; kept by name)
+        state["steps"] = [_named_formats(step, _FormatName.of) for step in self.steps]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.steps = [_named_formats(step, _FormatName.back) for step in self.steps]
+
+
+@dataclass(frozen=True)
+class _FormatName:
+    """A ``torch.memory_format`` in a pickled tape: its name (``channels_last``)."""
+
+    name: str
+
+    @staticmethod
+    def of(value: Any) -> Any:
+        if isinstance(value, torch.memory_format):
+            return _FormatName(str(value).removeprefix("torch."))
+        return value
+
+    @staticmethod
+    def back(value: Any) -> Any:
+        return getattr(torch, value.name) if isinstance(value, _FormatName) else value
+
+
+def _named_formats(step: Step, convert: Any) -> Step:
+    """``step`` with each argument passed through ``convert`` (in lists and tuples too)."""
+
+    def each(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(each(v) for v in value)
+        return convert(value)
+
+    args = each(step.args)
+    kwargs = {k: each(v) for k, v in step.kwargs.items()}
+    if args == step.args and kwargs == step.kwargs:
+        return step
+    return dataclasses.replace(step, args=args, kwargs=kwargs)
 
 
 #: ops whose first argument gives only a shape, strides, dtype and device
