@@ -295,3 +295,57 @@ def test_init_code_reading_a_lazy_norms_counter_reads_eagers_value() -> None:
     assert built.start == eager.start == 0
     for mine, theirs in zip(built.state_dict().values(), eager.state_dict().values(), strict=True):
         assert torch.equal(mine, theirs)
+
+
+# --- nothing lazy: no forward needed (issue 37) ----------------------------------------------
+
+
+class _NoMetaForward(nn.Module):
+    """A model with nothing lazy whose forward cannot run on meta (torchtitan's default
+    FlexAttention, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.head = nn.Linear(4, 2)
+        nn.init.trunc_normal_(self.head.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_meta:
+            raise NotImplementedError("this attention kernel has no meta implementation")
+        return self.head(self.fc(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize", "build(threads=2)"])
+def test_a_model_with_nothing_lazy_builds_without_an_example(door: str) -> None:
+    """No example, no forward: the factory's construction recorded and replayed, with the
+    eager numbers and the generator's end (the exact deferred initialization of any model)."""
+    torch.manual_seed(0)
+    eager = _NoMetaForward()
+    after = torch.rand(3)
+    torch.manual_seed(0)
+    if door == "meta+materialize":
+        model = lazynn.build(_NoMetaForward, device="meta")
+        assert all(p.is_meta for p in model.parameters())
+        lazynn.materialize(model)
+    else:
+        model = lazynn.build(_NoMetaForward, threads=2 if "threads" in door else 1)
+    assert torch.equal(torch.rand(3), after)
+    for mine, theirs in zip(model.parameters(), eager.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_a_forward_nothing_needed_that_fails_on_meta_says_so() -> None:
+    with pytest.raises(lazynn.InferenceError) as info:
+        lazynn.build(_NoMetaForward, (2, 3))
+    assert "nothing in this model is lazy, so no forward is needed: lazynn.build(factory)" in str(
+        info.value
+    )
+
+
+def test_a_model_with_lazy_layers_and_no_example_is_refused_naming_them() -> None:
+    with pytest.raises(lazynn.InferenceError) as info:
+        lazynn.build(lambda: nn.Sequential(nn.Linear(3, 4), lazynn.LazyLinear(2)))
+    text = str(info.value)
+    assert "expected example inputs for a model with lazy layers" in text
+    assert "received none, for lazy layers '1'" in text

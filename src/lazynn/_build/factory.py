@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import InferenceError, LazynnError, message
+from .._errors import InferenceError, LazynnError, message, with_note
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
 from .._module.deferred import run as run_inits
@@ -111,7 +111,36 @@ def learn(
     uncalled (a summary shows it unreached instead). ``where`` names the caller in errors."""
 
     def attempt(model: nn.Module, learned: dict[nn.Module, dict[str, Any]]) -> Rehearsal:
-        return rehearse(model, examples, kw_examples, learned=learned)
+        if not examples and not kw_examples:
+            lazy = [p for p, m in model.named_modules() if is_lazy_module(m)]
+            if not lazy:
+                # (nothing to infer, no example: no forward, which may not run on meta at
+                # all: a FlexAttention model's, say)
+                return Rehearsal({}, {}, {}, {}, {}, [], None)
+            raise InferenceError(
+                message(
+                    where,
+                    "example inputs for a model with lazy layers (its forward, run on meta, "
+                    "gives them their sizes)",
+                    "none, for lazy layers "
+                    + ", ".join(f"'{p}'" for p in lazy[:4])
+                    + (" ..." if len(lazy) > 4 else ""),
+                    "give one example per argument of the model's forward, a tensor or a "
+                    "shape: lazynn.build(Net, (4, 16))",
+                    outcome="nothing was built",
+                )
+            )
+        if any(map(is_lazy_module, model.modules())):
+            return rehearse(model, examples, kw_examples, learned=learned)
+        try:
+            return rehearse(model, examples, kw_examples, learned=learned)
+        except InferenceError as error:  # (a forward nothing needed: say so)
+            note = (
+                "nothing in this model is lazy, so no forward is needed: "
+                f"{where.removesuffix('(factory)')}(factory) without an example builds it "
+                "without running the forward on meta"
+            )
+            raise with_note(error, note) from error
 
     with BUILD_LOCK:
         found = drafted(factory, where, attempt, known)
