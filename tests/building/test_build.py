@@ -274,6 +274,30 @@ def test_dtype_argument_allocates_in_that_dtype() -> None:
     assert model[1].num_batches_tracked.dtype == torch.int64
 
 
+@pytest.mark.parametrize("name", ["float64", "torch.float64", "double"])
+def test_dtype_may_be_named(name: str) -> None:
+    torch.manual_seed(0)
+    model = lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (2, 3), dtype=name)
+    torch.manual_seed(0)
+    same_state(model, nn.Sequential(nn.Linear(3, 4, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, "int8", "float99", 3])
+def test_a_dtype_that_is_not_a_floating_point_one_is_refused_before_anything(dtype: object) -> None:
+    model = nn.Sequential(lazynn.LazyLinear(4))
+    state = torch.get_rng_state()
+    with pytest.raises(lazynn.ArgumentError, match=r"lazynn\.build: expected dtype: a floating"):
+        lazynn.build(model, (2, 3), dtype=dtype)  # type: ignore[arg-type]
+    assert isinstance(model[0], lazynn.LazyLinear)
+    assert model[0].has_uninitialized_params()
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_misspelt_dtype_name_is_listed_with_a_near_miss() -> None:
+    with pytest.raises(lazynn.ArgumentError, match="did you mean 'bfloat16'"):
+        lazynn.build(nn.Sequential(lazynn.LazyLinear(4)), (2, 3), dtype="bfloat61")
+
+
 def test_parameters_keep_their_identity() -> None:
     model = nn.Sequential(lazynn.LazyLinear(4), lazynn.LazyLinear(2))
     before = list(model.parameters())

@@ -140,16 +140,18 @@ def test_a_torch_layer_in_one_line() -> None:
 @pytest.mark.parametrize(
     ("args", "kwargs", "error", "text"),
     [
-        ((int,), {"x": lazynn.Infer()}, TypeError, "nn.Module subclass"),
-        ((Gate,), {}, ValueError, "name the constructor arguments"),
+        ((int,), {"x": lazynn.Infer()}, TypeError, "expected an nn.Module subclass"),
+        ((Gate,), {}, ValueError, "expected the constructor arguments to infer"),
         ((Gate,), {"width": lazynn.Infer()}, ValueError, "unknown \\['width'\\]"),
         ((nn.LSTM,), {"input_size": lazynn.Infer()}, ValueError, "cannot see"),
-        ((Gate,), {"features": -1}, TypeError, "must be a lazynn.Infer"),
+        ((Gate,), {"features": -1}, TypeError, "expected features= a lazynn.Infer"),
     ],
 )
 def test_declaration_errors(args, kwargs, error, text) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(error, match=text):
+    with pytest.raises(error, match=text) as info:
         lazynn.lazy(*args, **kwargs)
+    assert isinstance(info.value, lazynn.ArgumentError)  # (lazynn's family, and torch's types)
+    assert " Fix: " in str(info.value)
 
 
 class SamePadConv(nn.Conv2d):

@@ -607,6 +607,71 @@ def test_a_first_call_during_another_threads_build_waits_and_meets_the_built_mod
     assert torch.equal(out, eager(torch.ones(2, 4)))
 
 
+def _signal_at_layer(at_layer: threading.Event) -> None:
+    """In the calling thread: set ``at_layer`` when its call of a layer the rehearsal built
+    on meta waits for the build lock (lazynn's ``_first_call_elsewhere``), or, had it not
+    waited, when ``nn.Linear.forward`` has run on whatever tensors the layer held."""
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event in ("return", "exception"):
+            at_layer.set()
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_name == "_first_call_elsewhere":
+            at_layer.set()
+        return local if frame.f_code is nn.Linear.forward.__code__ else None
+
+    sys.settrace(tracer)
+
+
+@pytest.mark.parametrize("door", ["build", "summary"])
+def test_a_first_call_of_a_layer_the_rehearsal_built_on_meta_waits_for_the_lock(door: str) -> None:
+    """Another thread's first call reaching a lazy layer after the rehearsal built it on meta
+    for the run (its class the eager one, its build hook gone) waits for the build lock, as
+    a first call does, and meets the layer built (by build, or by its own first call after a
+    summary): it never computes with the rehearsal's meta tensors."""
+    reached, go, at_layer = threading.Event(), threading.Event(), threading.Event()
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Linear(4, 2))
+    torch.manual_seed(0)
+    model = nn.Sequential(lazynn.LazyLinear(4), MetaPause(reached, go), lazynn.LazyLinear(2))
+    results: list[Any] = []
+    run = (
+        (lambda: lazynn.build(model, (2, 4)))
+        if door == "build"
+        else (lambda: lazynn.summary(model, (2, 4)))
+    )
+    rehearsal = threading.Thread(target=_outcome(run, results))
+    rehearsal.start()
+    assert reached.wait(30)  # paused after building model[0] on meta for the run
+    assert type(model[0]) is nn.Linear
+    assert model[0].weight.is_meta
+    calls: list[Any] = []
+
+    def call() -> torch.Tensor:
+        _signal_at_layer(at_layer)
+        return model(torch.ones(2, 4))
+
+    caller = threading.Thread(target=_outcome(call, calls))
+    caller.start()
+    assert at_layer.wait(30)
+    go.set()
+    rehearsal.join(30)
+    caller.join(30)
+    (out,) = calls
+    assert isinstance(out, torch.Tensor), out
+    assert not lazynn.is_lazy(model)
+    for a, b in zip(model.parameters(), eager.parameters(), strict=True):
+        assert torch.equal(a, b)  # built once, as the eager twin (by build, or the first call)
+    assert torch.equal(out, eager(torch.ones(2, 4)))
+    (result,) = results
+    if door == "build":
+        assert result is model
+    else:
+        assert result.total_parameters == 4 * 4 + 4 + 4 * 2 + 2
+
+
 def test_remembered_layouts_share_nothing_mutable_between_layers() -> None:
     # The second layer of a configuration copies the first one's meta layout: each must still
     # have its own containers, hooks and tensors.

@@ -194,9 +194,12 @@ def test_the_columns_are_the_figures_in_each_box() -> None:
 @pytest.mark.parametrize("format", ["svg", "png", "html"])
 def test_an_image_format_is_refused_with_the_way_to_draw_one(format: str) -> None:
     report = lazynn.summary(lazy_cnn(), (2, 3, 8, 8))
-    with pytest.raises(ValueError, match="expected 'table', 'markdown', 'json' or 'dot'") as e:
+    with pytest.raises(
+        ValueError, match="expected format: 'table', 'markdown', 'json' or 'dot'"
+    ) as e:
         report.render(format=format)
-    assert ("dot -T" in str(e.value)) == (format != "html")
+    assert isinstance(e.value, lazynn.ArgumentError)
+    assert ("Fix: Graphviz draws an image" in str(e.value)) == (format != "html")
 
 
 # --- names that DOT must quote, read back exactly -----------------------------------------------

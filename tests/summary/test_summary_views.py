@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
 import json
 import re
 import sys
@@ -210,10 +211,12 @@ def test_depth_and_expand() -> None:
     rows = [line for line in report.render(depth=0).splitlines() if line.startswith("Blocks ")]
     assert len(rows) == 1  # the model's row alone
     assert rows[0].split()[-2] == "500"
-    with pytest.raises(ValueError, match="depth"):
-        report.render(depth=-1)
+    with pytest.raises(lazynn.ArgumentError, match="expected depth: an integer of 0 or more"):
+        report.render(depth=-1)  # (an ArgumentError is a ValueError, as the error was)
     with pytest.raises(ValueError, match="format"):
         report.render(format="html")
+    with pytest.raises(lazynn.ArgumentError, match=r"unknown columns \['nope'\]"):
+        report.render(columns=("params", "nope"))
     narrow = report.render(width=60)
     assert max(map(len, narrow.splitlines())) <= 60
 
@@ -412,3 +415,24 @@ def test_training_estimate_refusing_a_batch_of_one_says_it_runs_in_training_mode
     with pytest.raises(lazynn.InferenceError, match="runs them in training mode") as info:
         lazynn.summary(model, (1, 8), mode="eval", training=True)
     assert "mode='eval'" not in str(info.value).split("Fix:")[-1]
+
+
+def test_a_repl_and_a_notebook_show_the_table() -> None:
+    report = lazynn.summary(Blocks(), (4, 6))
+    table = str(report)
+    assert table.splitlines()[0].startswith("Blocks: input [4, 6]")
+    assert repr(report) == table  # (a dataclass's repr would list every field and row)
+    shown: list[str] = []
+
+    class Printer:  # IPython's pretty printer, as _repr_pretty_ uses it
+        def text(self, text: str) -> None:
+            shown.append(text)
+
+    report._repr_pretty_(Printer(), cycle=False)
+    assert shown == [table]
+    page = report._repr_html_()
+    assert page.startswith("<pre>")
+    assert page.endswith("</pre>")
+    assert html.unescape(page[5:-6]) == table
+    assert "->" in table
+    assert "->" not in page  # (escaped: the arrows of lazy rows stay text, not markup)

@@ -51,8 +51,9 @@ from .._program.record import Recorder
 from .._rehearsal.collector import paused
 from .._rehearsal.learnt import Rehearsal, TensorInfo
 from .._rehearsal.rehearse import apart, rehearse, warn_notes
+from .arguments import check_dtype, check_threads
 from .factory import build_factory, is_factory
-from .install import check_threads, install
+from .install import install
 from .progress import Progress
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_on_meta, run_ready
@@ -68,7 +69,7 @@ def build(
     model: M | Callable[[], M],
     *example_inputs: Any,
     device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     progress: bool | None = None,
     threads: int = 1,
     **example_kwargs: Any,
@@ -83,7 +84,8 @@ def build(
             (shape and dtype), or structures of these.
         device: where to allocate the parameters. Default: where each layer was declared or
             moved to. ``"meta"`` infers shapes and allocates nothing (see :func:`materialize`).
-        dtype: the floating-point dtype of the new parameters. Default: as declared or moved.
+        dtype: the floating-point dtype of the new parameters (or its name, ``"bfloat16"``).
+            Default: as declared or moved.
         progress: show a progress bar on stderr. Default: for large models (over 50M new
             parameters) when stderr is a terminal.
         threads: how many threads draw the CPU random stream. Above 1, on the CPU, the model
@@ -110,6 +112,7 @@ def build(
     Linear(in_features=7200, out_features=10, bias=True)
     """
     threads = check_threads(threads, "lazynn.build")
+    dtype = check_dtype(dtype, "lazynn.build")
     target = torch.device(device) if device is not None else None
     if threads > 1 and _drawn_on_cpu(model, target):
         return _build_in_threads(model, example_inputs, example_kwargs, target, dtype, threads)

@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import ArgumentError, LazynnError, message
+from .._errors import LazynnError, message
 from .._program.program import PROGRAM_KEY, Program, drop, loaded, programs, tensor_slots
 from .._program.replay import Block, Ranks, Replay
 from .._program.tape import Tape, View, uninitialized
 
-__all__ = ["block_offset", "check_threads", "install", "pending", "region"]
+__all__ = ["block_offset", "install", "pending", "region"]
 
 #: one tensor slot: (module, its path, the tensor's name, the program)
 _Slot = tuple[nn.Module, str, str, Program]
@@ -213,21 +213,6 @@ class _Install:
                 self.advance(made.numel())
         _put(module, name, self.made[key])
         drop(module, name)
-
-
-def check_threads(threads: object, where: str) -> int:
-    """``threads`` as a count of threads, or an :class:`~lazynn.ArgumentError` naming
-    ``where``."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ArgumentError(
-            message(
-                where,
-                "threads: a number of threads of 1 or more (1 draws serially)",
-                f"threads={threads!r}",
-                "pass threads=1, or os.cpu_count() to draw large random fills in parallel",
-            )
-        )
-    return threads
 
 
 def _ranks(shards: list[Any], target: torch.device) -> Ranks | None:

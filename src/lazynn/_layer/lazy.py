@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from .._errors import ArgumentError, message
 from .base import LazyLayer
 from .infer import Infer
 
@@ -54,11 +55,22 @@ def lazy(cls: type[nn.Module], /, **inferred: Infer) -> type[LazyLayer]:
     ('Scale', 3)
     """
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise TypeError(f"lazy() takes an nn.Module subclass, received {cls!r}")
+        raise ArgumentError(
+            message(
+                "lazynn.lazy",
+                "an nn.Module subclass",
+                repr(cls),
+                "pass the class: lazynn.lazy(nn.GroupNorm, num_channels=lazynn.Infer(dim=1))",
+            )
+        )
     if not inferred:
-        raise ValueError(
-            f"lazy({cls.__name__}): name the constructor arguments to infer, for example "
-            f"lazy({cls.__name__}, in_features=lazynn.Infer(dim=-1))"
+        raise ArgumentError(
+            message(
+                f"lazy({cls.__name__})",
+                "the constructor arguments to infer, each named with a lazynn.Infer",
+                "none",
+                f"name them: lazy({cls.__name__}, in_features=lazynn.Infer(dim=-1))",
+            )
         )
     signature = inspect.signature(cls.__init__)
     params = list(signature.parameters.values())
@@ -67,19 +79,27 @@ def lazy(cls: type[nn.Module], /, **inferred: Infer) -> type[LazyLayer]:
     variadic = [p.name for p in params if p.kind is p.VAR_POSITIONAL]
     unknown = sorted(set(inferred) - {p.name for p in params[1:]})
     if unknown or variadic:
-        raise ValueError(
-            f"lazy({cls.__name__}): expected constructor arguments of {cls.__name__} to infer"
-            + (f", received unknown {unknown}" if unknown else "")
-            + (
-                f"; its __init__ takes *{variadic}, whose names lazy() cannot see"
-                if variadic
-                else ""
+        received = [f"unknown {unknown}"] if unknown else []
+        if variadic:
+            received.append(f"an __init__ taking *{variadic}, whose names lazy() cannot see")
+        raise ArgumentError(
+            message(
+                f"lazy({cls.__name__})",
+                f"constructor arguments of {cls.__name__} to infer",
+                "; ".join(received),
+                "name arguments of its explicit signature, or subclass lazynn.LazyLayer",
             )
-            + ". Fix: name arguments of its explicit signature, or subclass lazynn.LazyLayer"
         )
     for name, spec in inferred.items():
         if not isinstance(spec, Infer):
-            raise TypeError(f"lazy({cls.__name__}): {name}= must be a lazynn.Infer, not {spec!r}")
+            raise ArgumentError(
+                message(
+                    f"lazy({cls.__name__})",
+                    f"{name}= a lazynn.Infer (where the input tells it)",
+                    repr(spec),
+                    f"pass {name}=lazynn.Infer(dim=...)",
+                )
+            )
     kept = [params[0], *(p for p in params[1:] if p.name not in inferred)]
     reduced = signature.replace(parameters=kept)
     without_self = reduced.replace(parameters=kept[1:])

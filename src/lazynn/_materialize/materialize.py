@@ -21,7 +21,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from .._build.install import check_threads, install, pending
+from .._build.arguments import check_threads
+from .._build.install import install, pending
 from .._build.progress import Progress
 from .._build.queue import run_ready
 from .._errors import LazynnError, message

@@ -5,7 +5,9 @@ of the lazy modules that are not lazynn's, the sizes lazynn's read, and the fail
 so that an error names the innermost module whose forward raised (``failures.py``). The run is
 the rehearsal's thread's, and its workers': a thread its forward runs modules on with meta
 inputs joins it (its device mode and FLOP counter, for the call). Another thread's call of a
-module of the model meanwhile waits for the run's end.
+module of the model is its own, on its real tensors; of a layer that was lazy when the run
+began (and may be built on meta for the run), it waits for the build lock, as a first call
+does, and meets the layer as the build or the rehearsal left it.
 
 Its hooks are lazynn's own: a snapshot taken inside the forward does not take the run
 (``reach.UNREACHED``), and a copy or a pickle of a module the forward makes holds hooks that
@@ -35,8 +37,8 @@ from .._errors import (
 )
 from .._layer.arguments import left_in_note
 from .._layer.base import LazyLayer
-from .._module.lifecycle import is_lazy_module
-from .._module.state import Rehearsing, context, find_state
+from .._module.lifecycle import build_lazy_module, is_lazy_module
+from .._module.state import BUILD_LOCK, Rehearsing, context, find_state
 from .._module.tensors import (
     map_tensors,
     own_tensors,
@@ -58,7 +60,8 @@ class Run:
     the rehearsal's thread, and on a thread its forward runs modules on: a worker that calls
     one with meta inputs joins the run, its call under the run's device mode and FLOP counter
     until that call ends (a global hook ends it, even after the run; no one waits). Another
-    thread's call of a module of the model is its own: not recorded, not waited for."""
+    thread's call of a module of the model is its own: not recorded; of a layer lazy when the
+    run began, it waits for the build lock (:meth:`_first_call_elsewhere`)."""
 
     # (a rehearsal inside the forward does not take this run, its hooks' owner, into its
     # snapshot: what this run records stays)
@@ -191,6 +194,7 @@ class Run:
 
     def pre(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> None:
         if not self._ours(module, a, k):
+            self._first_call_elsewhere(module, a, k)
             return
         path = self.paths.get(id(module), "?")
         self._stack().append((path, module, a, k, sys.exc_info()[1], self.meter()))
@@ -202,6 +206,20 @@ class Run:
             if path in self.lazy:
                 self.inputs[module] = (a, k)
         self.calls[path].count += 1
+
+    def _first_call_elsewhere(
+        self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]
+    ) -> None:
+        """Another thread's call of a layer that was lazy when the run began: the run may have
+        built it on meta (its class the eager one, its own build hook gone from the call's
+        hooks), so the call waits for the build lock the rehearsal holds, as a first call
+        waits, then meets the layer as the build left it, or, still lazy (a summary's
+        rehearsal puts it back), builds it from its own input, as its first call."""
+        if self.paths.get(id(module)) not in self.lazy:
+            return
+        with BUILD_LOCK:
+            if is_lazy_module(module):
+                build_lazy_module(module, a, k)
 
     def post(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any], out: Any) -> None:
         stack = self._stack()

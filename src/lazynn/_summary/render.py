@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .._errors import ArgumentError, message
 from .._module.tensors import byte_size
 from .graph import Box, dot
 from .report import Report, Shape, SummaryRow, dtype_name
@@ -61,21 +62,40 @@ def render(
     if format == "json":
         return json.dumps(report.to_dict(), indent=2)
     if format not in FORMATS:
-        image = (
-            f" (an image: Graphviz draws format='dot', dot -T{format}; or graphviz.Source(text) "
-            f"in a notebook; the command line's --format {format} runs dot)"
+        fix = (
+            f"Graphviz draws an image from format='dot': dot -T{format}, or graphviz.Source(text) "
+            f"in a notebook; the command line's --format {format} runs dot"
             if format in ("svg", "png", "pdf")
-            else ""
+            else "pass one of them: format='dot' for the picture's source"
         )
-        raise ValueError(
-            f"format: expected 'table', 'markdown', 'json' or 'dot', received {format!r}{image}"
+        raise ArgumentError(
+            message(
+                "Summary.render",
+                "format: 'table', 'markdown', 'json' or 'dot'",
+                f"format={format!r}",
+                fix,
+            )
         )
     chosen = tuple(columns) if columns is not None else _DEFAULT_COLUMNS
     unknown = [c for c in chosen if c not in COLUMNS]
     if unknown:
-        raise ValueError(f"columns: expected some of {list(COLUMNS)}, received {unknown}")
+        raise ArgumentError(
+            message(
+                "Summary.render",
+                f"columns: some of {list(COLUMNS)}",
+                f"unknown columns {unknown}",
+                "name columns from that list, or pass columns=None for the default ones",
+            )
+        )
     if depth is not None and depth < 0:
-        raise ValueError(f"depth: expected an integer >= 0, received {depth}")
+        raise ArgumentError(
+            message(
+                "Summary.render",
+                "depth: an integer of 0 or more (0: the model's own row)",
+                f"depth={depth}",
+                "pass depth=None for every level, or a level of 0 or more",
+            )
+        )
     tree = _tree(report.rows, expand)
     deepest = max((n.row.depth for n in _walk(tree)), default=0)
     if depth is None:

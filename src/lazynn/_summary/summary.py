@@ -14,6 +14,7 @@ costs linear in the batch, as every layer's forward is).
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +43,9 @@ _TRIES = (2, 3, 4)
 @dataclasses.dataclass(frozen=True)
 class Summary(Report):
     """The layers of a model as the build makes them: its rows, totals and the estimate of
-    a training step's memory, as data; ``str()`` renders the default table, :meth:`render`
-    the others, and ``to_dict()`` is JSON-ready, one key per field, named as the field
-    (docs/summary.md).
+    a training step's memory, as data; ``str()`` and ``repr()`` (a REPL, a notebook) render
+    the default table, :meth:`render` the others, and ``to_dict()`` is JSON-ready, one key
+    per field, named as the field (docs/summary.md).
 
     Totals count each tensor once (shared weights once), and equal
     ``sum(p.numel() for p in model.parameters())`` of the built model. ``total_flops`` is what
@@ -120,6 +121,18 @@ class Summary(Report):
 
     def __str__(self) -> str:
         return self.render()
+
+    def __repr__(self) -> str:
+        """The table, as ``str()``: what a REPL shows (``print`` and the fields for the rest)."""
+        return self.render()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's display: the table."""
+        printer.text(self.render())
+
+    def _repr_html_(self) -> str:
+        """A notebook's display: the table, in a ``<pre>`` block (monospace, as printed)."""
+        return f"<pre>{html.escape(self.render())}</pre>"
 
 
 @paused()  # (the cycle collector: see _rehearsal/collector.py)
