@@ -155,8 +155,13 @@ def test_symbolic_batch_reads_b_and_counts_per_sample(name: str) -> None:
     one = lazynn.summary(factory(), lazynn.Spec((1, *x.shape[1:]), x.dtype), mode="eval")
     assert symbolic.total_flops == one.total_flops  # per sample
     assert "B: the batch dimension" in str(symbolic)
-    with pytest.raises(lazynn.InferenceError, match=r"only lazynn\.summary takes one"):
-        lazynn.build(factory(), spec)
+    torch.manual_seed(0)
+    free = lazynn.build(factory(), spec)  # (a build runs a free batch as a number)
+    torch.manual_seed(0)
+    fixed = lazynn.build(factory(), lazynn.Spec((2, *x.shape[1:]), x.dtype))
+    assert free.state_dict().keys() == fixed.state_dict().keys()
+    for a, b in zip(free.state_dict().values(), fixed.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_spec_parse_of_a_symbolic_batch_and_bad_dimensions() -> None:

@@ -79,7 +79,13 @@ def read_sizes(
                     module_path(layer),
                     f"{spec.accepted()} (a tensor) to infer {name}",
                     describe(value),
-                    "call the layer with a tensor",
+                    "call the layer with a tensor"
+                    + (
+                        f" (an example given to lazynn.build or summary as {value!r} reaches "
+                        f"the forward as an int: a shape is a tuple, ({value},) or (4, {value}))"
+                        if isinstance(value, int) and not isinstance(value, bool)
+                        else ""
+                    ),
                     key=Fix.INPUT_TENSOR,
                 )
             )

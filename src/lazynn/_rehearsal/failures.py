@@ -22,6 +22,7 @@ from .._errors import (
     shape_str,
 )
 from .._module.tensors import shapes
+from .habits import TORCHINFO
 
 __all__ = ["failure_of"]
 
@@ -92,8 +93,23 @@ def _fix_of(error: Exception, path: str, module: nn.Module, args: Any) -> tuple[
     if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and first and first[1].is_floating_point:
         return Fix.TOKEN_IDS, "give the embedding integer token ids (torch.long)"
     if not path and isinstance(error, TypeError) and _refused_arguments(error):
+        habit = next(
+            (TORCHINFO[w] for w in TORCHINFO if f"keyword argument '{w}'" in str(error)), None
+        )
+        if habit is not None:  # (a factory's forward, not known before its model is made)
+            return Fix.INPUT_ARGUMENTS, f"{habit} (torchinfo's keyword is not lazynn's)"
         return Fix.INPUT_ARGUMENTS, "give one example per argument of the model's forward"
+    ints = [v for v in (args if isinstance(args, tuple) else ()) if _size(v)]
+    if ints and not shapes(args):
+        return Fix.INPUT_SHAPES, (
+            f"an example given to lazynn.build or summary as {ints[0]!r} reaches the forward "
+            f"as an int: a shape is a tuple, ({ints[0]},) or (4, {ints[0]})"
+        )
     return Fix.INPUT_SHAPES, "check the example inputs' shapes and the layers before this one"
+
+
+def _size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _refused_arguments(error: TypeError) -> bool:

@@ -47,6 +47,7 @@ from .._module.tensors import (
     meta_like,
     own_slots,
 )
+from .batch import TRIES, batch_name, check_batch_free, keras_batch, substituted
 from .collector import paused
 from .learnt import Rehearsal, TensorInfo
 from .meta_device import MetaDevice
@@ -75,13 +76,33 @@ def rehearse(
     real call's arguments (only tensors become meta). ``training`` runs every module in that
     mode (None: as each is). ``count_flops`` counts each call's FLOPs with
     ``torch.utils.flop_counter.FlopCounterMode``. ``learned`` takes the sizes each lazy layer
-    read before the run ended, even when it failed.
+    read before the run ended, even when it failed. A batch the examples leave free (a name
+    as a Spec's first dimension, Keras's ``(None, 16)``) is run at ``TRIES[0]`` and
+    ``TRIES[1]`` (``batch.py``): the first run is returned, and a model whose tensors' sizes
+    differ between the two is refused.
     """
     if literal:  # a real call's arguments: only tensors become meta (a tuple stays a tuple)
         meta_args = map_tensors(meta_like, tuple(args))
         meta_kwargs = map_tensors(meta_like, dict(kwargs))
     else:
-        meta_args = as_meta(tuple(args))
+        args, kwargs = keras_batch(tuple(args)), keras_batch(dict(kwargs))
+        batch = batch_name(args, kwargs, "lazynn.build")
+        if batch is not None:  # (run at two sizes: sizes that follow it are refused)
+            runs = [
+                rehearse(
+                    model,
+                    substituted(args, n),
+                    substituted(kwargs, n),
+                    training=training,
+                    count_flops=count_flops,
+                    learned=learned if n == TRIES[0] else None,
+                )
+                for n in TRIES[:2]
+            ]
+            check_batch_free(runs[0], runs[1], batch)
+            return runs[0]
+        # (each example by itself: the examples' tuple is not a shape, 16 is not (16,))
+        meta_args = tuple(as_meta(a) for a in args)
         meta_kwargs = as_meta(dict(kwargs))
     # (apart: inside a rehearsed forward, FLOPs not that forward's)
     # (the build lock, where the model has lazy modules: the run builds them on meta, and

@@ -335,6 +335,9 @@ class _Ended:
     def _ours(self, module: nn.Module, a: tuple[Any, ...], k: dict[str, Any]) -> bool:
         return False
 
+    def _first_call_elsewhere(self, module: nn.Module, a: Any, k: Any) -> None:
+        return None
+
     def _stack(self) -> list[Any]:
         return []
 

@@ -163,8 +163,9 @@ def as_meta(example: Any) -> Any:
             raise InferenceError(
                 message(
                     f"Spec{example.shape}",
-                    "sizes: a build needs every dimension",
-                    f"the symbolic dimension {named[0]!r} (only lazynn.summary takes one)",
+                    "sizes: a meta tensor needs every dimension (a free batch is given a "
+                    "number before: batch.py)",
+                    f"the symbolic dimension {named[0]!r}",
                     "give the batch as a number: Spec((8, 3, 224, 224))",
                 )
             )

@@ -202,7 +202,11 @@ def _estimated(
             cls, [meta_version(p) for p in trainable], dict(optimizer_kwargs or {})
         )
         activations = _activations(
-            model, [*tensors, *state], as_meta(tuple(example_inputs)), as_meta(kwargs), paged
+            model,
+            [*tensors, *state],
+            tuple(as_meta(a) for a in example_inputs),
+            as_meta(kwargs),
+            paged,
         )
         return Memory(
             params=sum(t.nbytes for t in state),

@@ -5,10 +5,11 @@ Data first, rendering second: :func:`summary` returns a frozen :class:`Summary`,
 allocated, and the model is as it was after (the meta rehearsal runs the model itself and puts
 back what it changed).
 
-A symbolic batch (``Spec(("B", 3, 224, 224))``, ``--input Bx3x224x224``) is found as Keras
-finds its ``None``: the model runs twice, with batches of 2 and 3; a dimension that follows the
-batch reads ``B`` (``2B`` if twice it), and FLOPs are per sample (``2 f(2) - f(3)``: exact for
-costs linear in the batch, as every layer's forward is).
+A symbolic batch (``Spec(("B", 3, 224, 224))``, Keras's ``(None, 3, 224, 224)``, or
+``--input Bx3x224x224``) is found as Keras finds its ``None``: the model runs with batches of
+2, 3 and 4; a dimension that follows the batch reads ``B`` (``2B`` if twice it), and FLOPs are
+per sample (``2 f(2) - f(3)``: exact for costs linear in the batch, as every layer's forward
+is).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from torch import nn
 from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
+from .._rehearsal.batch import TRIES, batch_name, check_batch_free, keras_batch, substituted
 from .._rehearsal.collector import paused
+from .._rehearsal.habits import check_keywords
 from .._rehearsal.learnt import Call, Rehearsal
 from .._rehearsal.rehearse import apart, rehearse
-from .._rehearsal.spec import Spec
 from .memory import Memory, optimizer_class, training_memory
 from .render import render
 from .report import Dim, Report, Shape, SummaryRow
@@ -37,7 +39,6 @@ __all__ = ["Summary", "summary"]
 _MODES = ("train", "eval")
 #: the batch sizes a symbolic batch is tried with (not 1: BatchNorm refuses it in training);
 #: the figures per sample come from the first two, the third checks they are linear
-_TRIES = (2, 3, 4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +153,9 @@ def summary(
             :func:`lazynn.build`: it is constructed on meta only (its ``__init__`` code runs
             there, drawing nothing).
         *example_inputs, **example_kwargs: as for :func:`lazynn.build`: tensors, shapes,
-            :class:`lazynn.Spec` (whose first dimension may be a name: a symbolic batch).
+            :class:`lazynn.Spec` (whose first dimension may be a name: a symbolic batch, as
+            Keras's ``None`` is: ``(None, 16)``). torchinfo's keywords (``input_size=``,
+            ``depth=``...) the forward does not take are refused, naming lazynn's way.
         mode: ``"train"`` (the default, as a first call in training) or ``"eval"``: the
             mode every module runs the examples in (the model's own modes are kept).
         training: add an estimate of a training step's memory (``Summary.memory``):
@@ -182,18 +185,22 @@ def summary(
         )
     if training:  # an unknown or refused optimizer, before anything runs
         optimizer_class(optimizer)
+    example_inputs, example_kwargs = keras_batch(example_inputs), keras_batch(example_kwargs)
+    owner = model if isinstance(model, type) else type(model)
+    forward = getattr(owner, "forward", None) if issubclass(owner, nn.Module) else None
+    check_keywords(forward, owner.__name__, example_kwargs)  # (torchinfo's, before anything)
     lazy_types = None  # (a factory's model is built on meta: its lazy classes, by path,
     notes: dict[str, str] = {}  # and what its lazy layers read that may not be meant)
     if is_factory(model):
-        sized = {k: _substituted(v, _TRIES[0]) for k, v in example_kwargs.items()}
+        sized = {k: substituted(v, TRIES[0]) for k, v in example_kwargs.items()}
         model, lazy_types, notes = on_meta(
             model,
-            tuple(_substituted(v, _TRIES[0]) for v in example_inputs),
+            tuple(substituted(v, TRIES[0]) for v in example_inputs),
             sized,
             "lazynn.summary(factory)",
         )
     assert isinstance(model, nn.Module)
-    batch = _symbol(example_inputs, example_kwargs)
+    batch = batch_name(example_inputs, example_kwargs, "lazynn.summary")
     train = mode == "train"
     if batch is None:
         rehearsal = rehearse(
@@ -204,9 +211,9 @@ def summary(
             memory = _estimate(model, example_inputs, example_kwargs, optimizer)
             report = dataclasses.replace(report, memory=memory)
         return report
-    tries = [(_substituted(example_inputs, n), _substituted(example_kwargs, n)) for n in _TRIES]
+    tries = [(substituted(example_inputs, n), substituted(example_kwargs, n)) for n in TRIES]
     runs = []
-    for n, (a, k) in zip(_TRIES, tries, strict=True):
+    for n, (a, k) in zip(TRIES, tries, strict=True):
         try:
             runs.append(rehearse(model, a, k, training=train, count_flops=True))
         except LazynnError as error:
@@ -215,7 +222,7 @@ def summary(
                 f"batch as {batch}, or the batch as a number)"
             )
             raise type(error)(f"{error}{note}") from error
-    _check_batch_free(runs[0], runs[1], batch)
+    check_batch_free(runs[0], runs[1], batch)
     _check_linear(
         {p: tuple(r.calls[p].flops if p in r.calls else 0 for r in runs) for p in runs[0].calls},
         "FLOPs",
@@ -242,7 +249,7 @@ def _check_linear(figures: dict[str, tuple[int, ...]], what: str, batch: str) ->
     for path, (a, b, c) in deepest_first:  # (the module that computes across the batch)
         if c - b != b - a:
             tried = ", ".join(
-                f"{v:,} at {batch}={n}" for v, n in zip((a, b, c), _TRIES, strict=True)
+                f"{v:,} at {batch}={n}" for v, n in zip((a, b, c), TRIES, strict=True)
             )
             raise InferenceError(
                 message(
@@ -349,45 +356,6 @@ def _collect(
 # --- a symbolic batch ---------------------------------------------------------------------------
 
 
-def _specs(value: Any) -> list[Spec]:
-    if isinstance(value, Spec):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [s for v in value for s in _specs(v)]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _specs(v)]
-    return []
-
-
-def _symbol(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The examples' symbolic dimension name, if any (one name at most)."""
-    specs = _specs([args, kwargs])
-    inner = [s for s in specs if any(isinstance(d, str) for d in s.shape[1:])]
-    if inner:
-        raise LazynnError(
-            message(
-                "lazynn.summary",
-                "a symbolic dimension as the batch only: the first of a shape (Bx3x224x224)",
-                f"Spec{inner[0].shape}",
-                "give the other dimensions as numbers: Spec(('B', 3, 224, 224)), or "
-                "--input Bx3x224x224",
-                key=Fix.SYMBOLIC_FIRST,
-            )
-        )
-    names = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], str)}
-    if len(names) > 1:
-        raise LazynnError(
-            message(
-                "lazynn.summary",
-                "one symbolic dimension (the batch) in the example shapes",
-                ", ".join(sorted(names)),
-                "name the batch with one name everywhere (Bx3x224x224, Bx16) and give the "
-                "other dimensions as numbers",
-            )
-        )
-    return next(iter(names), None)
-
-
 def _estimate(
     model: nn.Module,
     args: Any,
@@ -415,39 +383,9 @@ def _estimate(
         ) from error
 
 
-def _check_batch_free(first: Rehearsal, second: Rehearsal, batch: str) -> None:
-    """Refuse a model whose tensors' shapes follow the batch (a layer inferring its size from
-    a flattened batch): a symbolic batch cannot describe it."""
-    for path, infos in first.tensors.items():
-        for a, b in zip(infos, second.tensors.get(path, []), strict=False):
-            if a.shape != b.shape:
-                n, m = _TRIES[:2]
-                raise InferenceError(
-                    message(
-                        f"'{path}.{a.name}'" if path else f"'{a.name}'",
-                        "parameter and buffer shapes that do not depend on the batch",
-                        f"{list(a.shape)} at {batch}={n}, {list(b.shape)} at {batch}={m}",
-                        "give the batch as a number (a layer reads its size from it)",
-                        key=Fix.NUMERIC_BATCH,
-                    )
-                )
-
-
-def _substituted(value: Any, n: int) -> Any:
-    if isinstance(value, Spec):
-        return Spec(tuple(n if isinstance(d, str) else d for d in value.shape), value.dtype)
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_substituted(v, n) for v in value)
-    if isinstance(value, list):
-        return [_substituted(v, n) for v in value]
-    if isinstance(value, dict):
-        return {k: _substituted(v, n) for k, v in value.items()}
-    return value
-
-
 def _dim(a: int, b: int, batch: str) -> Dim:
     """A dimension seen as ``a`` at the first batch size and ``b`` at the second."""
-    first, second = _TRIES[:2]
+    first, second = TRIES[:2]
     if a == b:
         return a
     if a % first == 0 and b % second == 0 and a // first == b // second:
