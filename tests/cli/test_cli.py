@@ -1138,6 +1138,33 @@ def test_a_tuple_argument_is_a_parenthesized_group(
     assert_one_line_error(code, *capsys.readouterr(), "LazyLSTM at 'lstm'")
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--input", "(2, 5)"],  # Python's syntax for a shape: a group of two 1-D inputs
+        ["--input", "( 2,5 )"],
+        ["--input-size", "2", "5"],  # torchinfo's name
+        ["--input-size", "(2, 5)"],
+        ["--input_size=(2, 5)"],
+    ],
+)
+def test_a_shape_in_another_syntax_is_refused_with_the_shape_to_write(
+    capsys: pytest.CaptureFixture[str], nets: Path, words: list[str]
+) -> None:
+    code = main(["summary", f"{nets}:sized(6)", *words])
+    assert_one_line_error(code, *capsys.readouterr(), "Fix: write --input 2x5")
+    assert main(["summary", f"{nets}:sized(6)", "--input", "2x5"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "Sequential: input [2, 5] -> output [2, 6]"
+
+
+def test_a_group_of_one_dimensional_inputs_with_dtypes_is_a_tuple_argument() -> None:
+    from lazynn._cli.shapes import parse_input
+
+    value = parse_input("(2:float32, 5:float32)").value
+    assert value == (lazynn.Spec((2,), torch.float32), lazynn.Spec((5,), torch.float32))
+    assert parse_input("(5,)").value == (lazynn.Spec((5,)),)  # (a 1-tuple, as in Python)
+
+
 # --- the console script -----------------------------------------------------------------------
 
 

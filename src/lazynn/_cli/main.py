@@ -238,6 +238,27 @@ def _with_command(argv: list[str]) -> list[str]:
     return [_COMMANDS[0], *argv]
 
 
+#: torchinfo's and habit's flags -> lazynn's
+_HABITS = {"--input-size": "--input", "--input_size": "--input", "--input-data": "--input"}
+
+
+def _check_habits(words: list[str]) -> None:
+    """Refuse another tool's flag for lazynn's (torchinfo's ``--input-size 2 3 16 16``),
+    before argparse would name only the ``--input`` it lacks."""
+    for i, word in enumerate(words):
+        flag, _, value = word.partition("=")
+        if flag in _HABITS:
+            given = value or " ".join(
+                itertools.takewhile(lambda w: not w.startswith("-"), words[i + 1 :])
+            )
+            sizes = "x".join(re.findall(r"\d+", given)) or "2x3x16x16"
+            raise CommandError(
+                f"{flag}: expected lazynn's {_HABITS[flag]}, received {flag} (another tool's "
+                "name for it).",
+                f"write {_HABITS[flag]} {sizes} (one --input per argument of the forward)",
+            )
+
+
 def _check_view(args: argparse.Namespace) -> None:
     """Refuse view flags the chosen format has no use for (rather than ignore them), and an
     image format that cannot be drawn here."""
@@ -324,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0, or 2 on an error)."""
     try:
         words = _with_command(list(sys.argv[1:] if argv is None else argv))
+        _check_habits(words)
     except CommandError as error:
         print(f"lazynn: error: {one_line(error)}", file=sys.stderr)
         return 2

@@ -132,7 +132,24 @@ def parse_input(text: str) -> Input:
         last = token
     if len(stack) > 1:
         raise refuse("a '(' is not closed by a ')'")
+    _check_python_shape(text, stack[0][0], leaves)
     return Input(stack[0][0], tuple(leaves))
+
+
+def _check_python_shape(text: str, value: Any, leaves: list[tuple[str, str]]) -> None:
+    """Refuse a group of bare sizes, ``(2, 3, 16, 16)``: a shape written as Python writes it,
+    which the group syntax reads as four 1-D inputs (a tuple of 1-D inputs gives each a
+    dtype, ``(2:float32, 3:float32)``)."""
+    bare = all(re.fullmatch(r"\s*\d+\s*", leaf) for leaf, _ in leaves)
+    flat = isinstance(value, tuple) and all(isinstance(v, Spec) for v in value)
+    if flat and bare and len(leaves) > 1:
+        sizes = "x".join(leaf.strip() for leaf, _ in leaves)
+        raise CommandError(
+            f"--input {text!r}: expected a shape written with x, such as {sizes}, received a "
+            f"group of {len(leaves)} one-dimensional inputs (a shape in Python's syntax)",
+            f"write --input {sizes}; a tuple argument of 1-D inputs gives each its dtype, "
+            f"'({leaves[0][0].strip()}:float32, ...)'",
+        )
 
 
 def check_bytes(specs: list[Any], default: torch.dtype) -> None:
