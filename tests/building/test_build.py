@@ -474,6 +474,61 @@ def test_progress_bar_says_new_parameters_and_the_model_size(
     assert capsys.readouterr().err.endswith("16/16 parameters\n")  # all of it is new
 
 
+class BarNet(nn.Module):
+    """Lazy layers and an eager embedding, made by the factory's own __init__."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(300)
+        self.emb = nn.Embedding(100, 30)
+        self.b = lazynn.LazyLinear(20)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+#: BarNet's elements: a (30 -> 300), the embedding (100 x 30), b (300 -> 20)
+BAR_TOTAL = 30 * 300 + 300 + 100 * 30 + 300 * 20 + 20
+
+
+def _meta_then_materialize(model: Any, example: Any, **kw: Any) -> nn.Module:
+    return lazynn.materialize(lazynn.build(model, example, device="meta"), **kw)
+
+
+@pytest.mark.parametrize(
+    ("door", "figures"),
+    [
+        (lambda progress: lazynn.build(BarNet, (2, 30), progress=progress), "18K/18K"),
+        (lambda progress: lazynn.build(BarNet(), (2, 30), progress=progress), "15K/15K new"),
+        (lambda p: lazynn.build(BarNet, (2, 30), progress=p, threads=2), "18K/18K"),
+        (lambda p: lazynn.build(BarNet(), (2, 30), progress=p, threads=2), "18K/18K"),
+        (lambda p: _meta_then_materialize(BarNet, (2, 30), progress=p), "18K/18K"),
+    ],
+    ids=["factory", "instance", "factory-threads", "instance-threads", "meta-materialize"],
+)
+def test_every_door_that_allocates_draws_the_bar_when_asked(
+    door: Any, figures: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    door(True)
+    err = capsys.readouterr().err
+    assert err.endswith("\n")
+    last = err.rstrip("\n").rsplit("\r", 1)[-1]  # (the bar's last drawing)
+    assert last.startswith("lazynn.")
+    assert f"[####################] 100% {figures}" in last
+    door(False)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_factory_bar_counts_the_model_its_init_allocates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lazynn.build(BarNet, (2, 30), progress=True)
+    err = capsys.readouterr().err
+    assert f"{BAR_TOTAL // 1000}K/{BAR_TOTAL // 1000}K parameters" in err  # (all of it made)
+    lazynn.build(BarNet, (2, 30), device="meta", progress=True)
+    assert capsys.readouterr().err == ""  # (on meta nothing is allocated: materialize's bar)
+
+
 def test_allocation_failure_names_the_bytes_and_the_sizes() -> None:
     # an example with one size far larger than meant: 10**6 features, a 3.6 TiB layer
     model = nn.Sequential(nn.Embedding(100, 4), lazynn.LazyLinear(10**6), lazynn.LazyLinear(10**6))

@@ -54,7 +54,7 @@ from .._rehearsal.rehearse import apart, rehearse, warn_notes
 from .arguments import check_dtype, check_threads
 from .factory import build_factory, is_factory
 from .install import install
-from .progress import Progress
+from .progress import Progress, meta_numel
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_on_meta, run_ready
 from .replay import Plan, plan, scratch_init
@@ -115,9 +115,11 @@ def build(
     dtype = check_dtype(dtype, "lazynn.build")
     target = torch.device(device) if device is not None else None
     if threads > 1 and _drawn_on_cpu(model, target):
-        return _build_in_threads(model, example_inputs, example_kwargs, target, dtype, threads)
+        return _build_in_threads(
+            model, example_inputs, example_kwargs, target, dtype, threads, progress
+        )
     if is_factory(model):
-        made = build_factory(model, example_inputs, example_kwargs, target, dtype)
+        made = build_factory(model, example_inputs, example_kwargs, target, dtype, progress)
         return cast(M, made)
     assert isinstance(model, nn.Module)
     return build_from(cast(M, model), example_inputs, example_kwargs, device, dtype, progress)
@@ -141,9 +143,11 @@ def _build_in_threads(
     target: torch.device | None,
     dtype: torch.dtype | None,
     threads: int,
+    progress: bool | None,
 ) -> M:
     """``build`` with ``threads``: on meta, then every init program replayed on ``target``
-    with parts of its large fills drawn by threads (``install``), all or nothing."""
+    with parts of its large fills drawn by threads (``install``, with its progress bar), all
+    or nothing."""
     target = target or torch.get_default_device()
     meta = torch.device("meta")
     with BUILD_LOCK, atomic(*([model] if isinstance(model, nn.Module) else []), values=True):
@@ -152,8 +156,12 @@ def _build_in_threads(
         else:
             assert isinstance(model, nn.Module)
             made = build_from(cast(M, model), example_inputs, example_kwargs, meta, dtype)
-        with torch.inference_mode(False):
-            install(made, target, threads=threads)
+        bar = Progress(meta_numel(made), "lazynn.build", progress)
+        try:
+            with torch.inference_mode(False):
+                install(made, target, bar.advance, threads=threads)
+        finally:
+            bar.close()
         run_ready(made)  # (work queued with lazynn.on_build, still waiting)
         if dtype is not None:  # (the eager layers too, as a build on the device does)
             made.to(dtype=dtype)

@@ -27,6 +27,7 @@ init program; ``lazynn.materialize`` runs them on the target.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from .._program.record import Recorder
 from .._rehearsal.learnt import Rehearsal
 from .._rehearsal.rehearse import rehearse, warn_notes
 from .draft import MAX_DRAFTS, Layout, difference, drafted, generators_of, layout, made, running
+from .progress import Progress
 from .queue import run_ready
 
 __all__ = [
@@ -84,6 +86,9 @@ class FactoryRecipe:
     settled: bool = False
     #: the class name of each lazy module of the draft, by path
     lazy_types: dict[str, str] = field(default_factory=dict)
+    #: how many elements the model's parameters and buffers hold, each tensor once (a
+    #: progress bar's total)
+    numel: int = 0
 
     def sizes(self) -> dict[int, dict[str, Any]]:
         """The sizes learnt, by layer number."""
@@ -195,6 +200,11 @@ def learn(
     }
     notes = dict(rehearsal.notes)
     lazy_types = {p: type(m).__name__ for p, m in model.named_modules() if is_lazy_module(m)}
+    drafted_layout = layout(model)
+    in_model = {i.ident: i.numel for infos in rehearsal.tensors.values() for i in infos}
+    numel = sum(in_model.values()) or sum(  # (no forward ran: nothing lazy, all laid out)
+        math.prod(shape) for _, _, tensors in drafted_layout for _, shape in tensors
+    )
     return FactoryRecipe(
         factory,
         tuple(entries),
@@ -202,9 +212,10 @@ def learn(
         outside,
         dtype,
         notes,
-        layout(model),
+        drafted_layout,
         found.settled,
         lazy_types,
+        numel,
     )
 
 
@@ -352,21 +363,32 @@ def _realized(
     dtype: torch.dtype | None,
     where: str = "lazynn.build(factory)",
     reach: bool = True,
+    progress: bool | None = None,
 ) -> tuple[nn.Module, FactoryRecipe]:
-    """Steps 1 to 3 (see the module doc): the model on ``device``, and its recipe."""
+    """Steps 1 to 3 (see the module doc): the model on ``device``, and its recipe; a
+    progress bar of step 3's allocations (none on meta, which allocates nothing)."""
     recipe = learn(factory, examples, kw_examples, dtype, where=where, reach=reach)
-    for _ in range(MAX_DRAFTS):
-        start = RandomState(), OtherRandom()
-        try:
-            with atomic():  # (the model is new: a failure drops it; the generators go back)
-                with torch.device(device) if device is not None else contextlib.nullcontext():
-                    model, made = realize(recipe)
-                _checked(made, recipe, examples, kw_examples, start)
-                run_ready(model)  # work queued with lazynn.on_build for the layers built now
-        except _Relearnt as relearnt:
-            recipe = relearnt.recipe
-            continue
-        break
+    on_meta = (device or torch.get_default_device()).type == "meta"
+    bar = Progress(recipe.numel, "lazynn.build", False if on_meta else progress)
+    try:
+        for _ in range(MAX_DRAFTS):
+            start = RandomState(), OtherRandom()
+            try:
+                with atomic():  # (the model is new: a failure drops it; the generators go back)
+                    placed = (
+                        torch.device(device) if device is not None else contextlib.nullcontext()
+                    )
+                    with placed, bar.registrations():
+                        model, made = realize(recipe)
+                    _checked(made, recipe, examples, kw_examples, start)
+                    run_ready(model)  # work queued with lazynn.on_build for the layers built now
+            except _Relearnt as relearnt:
+                recipe = relearnt.recipe
+                bar = Progress(recipe.numel, "lazynn.build", bar.enabled)
+                continue
+            break
+    finally:
+        bar.close()
     return model, recipe
 
 
@@ -376,9 +398,11 @@ def build_factory(
     kw_examples: dict[str, Any],
     device: torch.device | None,
     dtype: torch.dtype | None,
+    progress: bool | None = None,
 ) -> nn.Module:
-    """``lazynn.build(factory, *examples, device=, dtype=)`` (see the module doc)."""
-    model, recipe = _realized(factory, examples, kw_examples, device, dtype)
+    """``lazynn.build(factory, *examples, device=, dtype=, progress=)`` (see the module
+    doc)."""
+    model, recipe = _realized(factory, examples, kw_examples, device, dtype, progress=progress)
     if recipe.others or recipe.outside:
         warnings.warn(
             "lazynn.build(factory): "

@@ -23,30 +23,17 @@ from torch import nn
 
 from .._build.arguments import check_threads
 from .._build.install import install, pending
-from .._build.progress import Progress
+from .._build.progress import Progress, meta_numel
 from .._build.queue import run_ready
 from .._errors import LazynnError, message
 from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK
-from .._module.tensors import own_tensors
 from .reset import plan_steps, run_steps
 
 __all__ = ["materialize"]
 
 M = TypeVar("M", bound=nn.Module)
-
-
-def _meta_numel(model: nn.Module) -> int:
-    seen: set[int] = set()
-    total = 0
-    for module in model.modules():
-        for tensor in own_tensors(module):
-            local = getattr(tensor, "_local_tensor", tensor)  # (a DTensor's: to_local())
-            if local.is_meta and id(tensor) not in seen:
-                seen.add(id(tensor))
-                total += local.numel()
-    return total
 
 
 def materialize(
@@ -113,7 +100,7 @@ def materialize(
             )
         )
     with BUILD_LOCK:
-        bar = Progress(_meta_numel(model), "lazynn.materialize", enabled=progress)
+        bar = Progress(meta_numel(model), "lazynn.materialize", enabled=progress)
         try:
             with atomic(model):
                 with torch.inference_mode(False):
