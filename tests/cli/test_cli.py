@@ -1138,6 +1138,27 @@ def test_a_tuple_argument_is_a_parenthesized_group(
     assert_one_line_error(code, *capsys.readouterr(), "LazyLSTM at 'lstm'")
 
 
+def test_a_half_ported_line_is_named_by_its_file_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A refusal of the arguments the user's line gave lazynn (an input size left in) names
+    that line, as an error of the user's own code does."""
+    source = tmp_path / "half.py"
+    source.write_text(
+        "import lazynn\nfrom torch import nn\n\n\ndef make():\n"
+        "    return nn.Sequential(lazynn.LazyLinear(768, 3072))\n"
+    )
+    code = main(["summary", f"{source}:make", "--input", "2x768"])
+    assert_one_line_error(
+        code,
+        *capsys.readouterr(),
+        "LazyLinear(768, 3072) reads as out_features=768, bias=3072",
+        "raised in lazynn, called at ",
+        "half.py:6 in make",
+        "Fix: delete the input size, which lazynn infers: LazyLinear(3072)",
+    )
+
+
 @pytest.mark.parametrize(
     "words",
     [

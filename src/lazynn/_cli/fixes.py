@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .._errors import Fix, LazynnError
+from .._errors import ArgumentError, Fix, LazynnError
 from .._module.callers import LAZYNN_FOLDER, is_users
 from .._rehearsal.spec import dtype_named
 from .._summary.report import dtype_name
@@ -133,8 +133,10 @@ def _frames(error: BaseException) -> tuple[str, str | None] | None:
     raised from (``nets.py:42 in forward``), and the library that raised it below that frame
     (None: their own line raised it)."""
     original = _original(error)
-    if isinstance(original, (LazynnError, CommandError)):
-        return None
+    if isinstance(original, CommandError) or (
+        isinstance(original, LazynnError) and not isinstance(original, ArgumentError)
+    ):
+        return None  # (an ArgumentError, a call the user's line made wrongly, names no module)
     frames = traceback.extract_tb(original.__traceback__)
     users = [f for f in frames if is_users(f.filename)]
     if not users:
@@ -149,7 +151,9 @@ def user_frame(error: BaseException) -> str | None:
     ``error`` or the exception it was raised from: ``raised at nets.py:42 in forward``, or
     ``raised in torch, called at nets.py:42 in forward`` when their line called into a
     library; None when no frame is theirs, or when the original exception is one of lazynn's
-    own refusals (which name the module)."""
+    own refusals (which name the module), but for an ArgumentError: a call of lazynn's the
+    user's line made with arguments it refuses (``LazyLinear(768, 3072)``), which names the
+    call, not where it is."""
     found = _frames(error)
     if found is None:
         return None
