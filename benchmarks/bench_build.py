@@ -6,7 +6,8 @@ time of the build (construction included); memory is the peak resident set size 
 build minus the resident size just before it (Linux: /proc/self/clear_refs resets the peak).
 Results are reported as ratios to eager construction measured the same way in the same run.
 
-    python benchmarks/bench_build.py                # all, writes docs/benchmarks.md
+    python benchmarks/bench_build.py                # all; prints the markdown tables
+    python benchmarks/bench_build.py --out FILE     # ... and writes them to FILE
     python benchmarks/bench_build.py --quick        # small models, a smoke run (used by tests)
     python benchmarks/bench_build.py --models mlp,resnet50 --contenders eager,lazynn.build
 
@@ -31,6 +32,7 @@ import gc
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -231,6 +233,17 @@ def _machine() -> str:
     )
 
 
+def _command() -> str:
+    """The command this run was given, as typed (``--out FILE`` left out: where the text went)."""
+    words, skip = [], False
+    for word in sys.argv[1:]:
+        if skip or word == "--out" or word.startswith("--out="):
+            skip = word == "--out"
+            continue
+        words.append(word)
+    return shlex.join(["python", "benchmarks/bench_build.py", *words])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small models, a smoke run")
@@ -257,9 +270,8 @@ def main() -> None:
         "",
         f"Machine: {_machine()}.",
         "",
-        "Command: `python benchmarks/bench_build.py"
-        + (" --quick" if args.quick else "")
-        + "`. Each cell: ratio to eager construction in the same run (time, peak memory); "
+        f"Command: `{_command()}`. Each cell: ratio to eager construction in the same run "
+        "(time, peak memory); "
         "absolute numbers in parentheses. Cold: the first build in a fresh process; warm: "
         f"the median of the next {WARM_RUNS}.",
         "",

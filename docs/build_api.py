@@ -42,9 +42,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import pdoc
-import pdoc.doc
-import pdoc.render
+try:
+    import pdoc
+    import pdoc.doc
+    import pdoc.render
+except ModuleNotFoundError:  # (the dev extra's; said in one line, not a traceback)
+    sys.exit(
+        "docs/build_api.py: expected pdoc, which builds the reference, received no module "
+        "named 'pdoc'. Fix: pip install -e '.[dev]' (or pip install 'pdoc>=16')"
+    )
 from torch import nn
 
 PACKAGE = "lazynn"

@@ -954,6 +954,44 @@ def test_a_target_naming_an_imported_value_says_its_type_with_its_article(
     )
 
 
+_MAKES_A_MODEL = (
+    "import lazynn\nfrom torch import nn\n\nmodel = nn.Sequential(lazynn.LazyLinear(8))\n\n\n"
+    "def make():\n    return nn.Sequential(lazynn.LazyLinear(8))\n\n\n"
+    "class Net(nn.Module):\n    pass\n"
+)
+
+
+def test_a_model_the_file_makes_is_refused_with_the_function_to_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "made.py"
+    source.write_text(_MAKES_A_MODEL)
+    code = main(["summary", f"{source}:model", "--input", "2x4"])
+    assert_one_line_error(
+        code,
+        *capsys.readouterr(),
+        "'model' is a Sequential object, not a function or class",
+        "it defines: make, Net.",
+        "Fix: name a function that makes the model, def make_model(): return Sequential(...), "
+        f"then {source}:make_model",
+    )
+
+
+def test_a_file_alone_is_refused_listing_what_it_defines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "made.py"
+    source.write_text(_MAKES_A_MODEL)
+    code = main(["summary", str(source), "--input", "2x4"])
+    assert_one_line_error(
+        code,
+        *capsys.readouterr(),
+        f"received '{source}', a file without the name of the factory in it.",
+        f"Fix: name it after a colon, {source}:make; the file defines: make, Net",
+    )
+    assert main(["summary", f"{source}:make", "--input", "2x4"]) == 0
+
+
 @pytest.mark.parametrize(
     ("target", "first_line"),
     [

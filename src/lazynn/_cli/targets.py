@@ -145,10 +145,20 @@ def parse_target(text: str) -> Target:
             target = _parse_call(source, call, text)
             if target is not None:
                 return target
-    raise CommandError(
+    head = (
         f"expected TARGET as FILE.py:NAME or MODULE:NAME, optionally with literal arguments "
         f"NAME(...), received {_cut(text)!r}"
     )
+    if text.endswith(".py") and Path(text).is_file():  # (the file alone: what does it define?)
+        namespace, module_name = _run_file(text)
+        defined = _defined(namespace, module_name)
+        if defined:
+            raise CommandError(
+                f"{head}, a file without the name of the factory in it.",
+                f"name it after a colon, {text}:{defined[0]}; the file defines: "
+                + _listed(namespace, module_name),
+            )
+    raise CommandError(head)
 
 
 def _cut(text: str, most: int = 100) -> str:
@@ -231,7 +241,9 @@ def _listed(namespace: dict[str, Any], module_name: str) -> str:
     return listed or "no public function or class"
 
 
-def _imported(target: Target, value: Any, namespace: dict[str, Any], module_name: str) -> str:
+def _imported(
+    target: Target, value: Any, namespace: dict[str, Any], module_name: str
+) -> CommandError:
     """The refusal of a TARGET whose first name the file or module imports (a module, a
     function of another module...) rather than defines: a target runs what the file defines."""
     head = target.name.split(".")[0]
@@ -242,11 +254,19 @@ def _imported(target: Target, value: Any, namespace: dict[str, Any], module_name
         what = f"{owner}.{qualname}, which it imports (to summarize it: {owner}:{qualname})"
     else:
         what = f"{a_or_an(type(value).__name__)} object, not a function or class"
-    return (
+    text = (
         f"{target.source}: {head!r} is {what}; a target names a function or class that "
         f"{target.source} defines itself, or an attribute of one (Net.from_config); it "
         "defines: " + _listed(namespace, module_name)
     )
+    if isinstance(value, nn.Module):  # (a model the file makes as it runs: say how to name it)
+        return CommandError(
+            text + ".",
+            f"name a function that makes the model, def make_{head}(): return "
+            f"{type(value).__name__}(...), then {target.source}:make_{head} (the summary makes "
+            "it on meta, allocating nothing)",
+        )
+    return CommandError(text)
 
 
 def load_factory(target: Target) -> Callable[..., Any]:
@@ -260,7 +280,7 @@ def load_factory(target: Target) -> Callable[..., Any]:
     head, *rest = target.name.split(".")
     factory = namespace.get(head)
     if head in namespace and not _own(factory, module_name):
-        raise CommandError(_imported(target, factory, namespace, module_name))
+        raise _imported(target, factory, namespace, module_name)
     dunder = [a for a in rest if a.startswith("__") and a.endswith("__")]
     if dunder:
         raise CommandError(
