@@ -201,13 +201,8 @@ def _estimated(
         states = _optimizer_states(
             cls, [meta_version(p) for p in trainable], dict(optimizer_kwargs or {})
         )
-        activations = _activations(
-            model,
-            [*tensors, *state],
-            tuple(as_meta(a) for a in example_inputs),
-            as_meta(kwargs),
-            paged,
-        )
+        examples = tuple(as_meta(a) for a in example_inputs)  # (each: the tuple is no shape)
+        activations = _activations(model, [*tensors, *state], examples, as_meta(kwargs), paged)
         return Memory(
             params=sum(t.nbytes for t in state),
             gradients=sum(p.nbytes for p in trainable),
