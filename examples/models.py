@@ -22,10 +22,11 @@ model             input                    output                           lazy
 often does: their ``Embedding`` (which has no lazy version: its sizes are not the input's), and
 their ``LayerNorm``, ``RMSNorm`` and ``LSTM`` (which lazynn has lazy versions of,
 ``LazyLayerNorm``, ``LazyRMSNorm``, ``LazyLSTM``), stay eager; their eager layers draw random
-numbers at construction, their lazy ones at the build. Two models call layers in an order other than their construction order, also on purpose:
-``UNet`` (its ``upconvs`` and ``decoder`` lists are called interleaved) and ``LazyLlama`` (its
-SwiGLU registers ``w1, w2, w3`` and calls ``w1, w3, w2``): a plain first call builds them with
-other weights than construction order gives; ``lazynn.build`` replays construction order.
+numbers at construction, their lazy ones at the build. Two models call layers in an order other
+than their construction order, also on purpose: ``UNet`` (its ``upconvs`` and ``decoder`` lists
+are called interleaved) and ``LazyLlama`` (its SwiGLU registers ``w1, w2, w3`` and calls ``w1,
+w3, w2``): a plain first call builds them with other weights than construction order gives;
+``lazynn.build`` replays construction order.
 
 What a plain first call ``LazyX()(x)`` gives under the seed of ``X()``, for reference: ``UNet``
 differs; ``MLP`` and ``CNN`` differ in training mode (their dropout draws random numbers between
