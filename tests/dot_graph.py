@@ -2,7 +2,8 @@
 of Graphviz's DOT grammar (https://graphviz.org/doc/info/lang.html), strict, with no comments,
 ports or HTML strings (lazynn writes none), so that a test needs no Graphviz to check that
 the text parses and to read its nodes, clusters and edges; and what Graphviz's ``dot`` draws
-of it as SVG, read back as text, where ``dot`` is installed.
+of it as SVG, read back as text, where ``dot`` is installed; and the path its edges make
+from the input to the output.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 
-__all__ = ["Graph", "has_dot", "parse", "svg_of", "svg_texts"]
+__all__ = ["Graph", "has_dot", "parse", "path_through", "svg_of", "svg_texts"]
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -196,6 +197,17 @@ def parse(text: str) -> Graph:
     """``text`` as a :class:`Graph`; a ``SyntaxError`` where it is not DOT (of lazynn's
     kind: a digraph without comments, ports or HTML labels)."""
     return _Parser(text).graph_()
+
+
+def path_through(graph: Graph) -> list[str]:
+    """The nodes from ``input`` to ``output``, following the edges (one out of each)."""
+    after = {tail: head for tail, head, _ in graph.edges}
+    assert len(after) == len(graph.edges), "a node with two edges out"
+    path = ["input"]
+    while path[-1] != "output":
+        assert path[-1] in after, f"the path stops at {path[-1]!r}"
+        path.append(after[path[-1]])
+    return path
 
 
 def has_dot() -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import lazynn
-from dot_graph import has_dot, parse, svg_of, svg_texts
+from dot_graph import has_dot, parse, path_through, svg_of, svg_texts
 from lazynn._cli.main import main
 
 NETS = """\
@@ -30,6 +30,18 @@ def cnn():
     return nn.Sequential(
         lazynn.LazyConv2d(4, 3), nn.ReLU(), nn.Flatten(), lazynn.LazyLinear(10)
     )
+
+
+class Attend(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(16)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.ln2 = nn.LayerNorm(16)
+
+    def forward(self, x):
+        x = self.ln1(x)
+        return self.ln2(x + self.attn(x, x, x)[0])
 """
 INPUT = ["--input", "2x3x8x8"]
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="a shell script as the stand-in dot")
@@ -80,6 +92,18 @@ def test_dot_is_the_graph_render_gives(capsys: pytest.CaptureFixture[str], nets:
         "[2, 144]",
         "[2, 10]",
     ]
+
+
+@pytest.mark.parametrize("depth", [[], ["--depth", "1"], ["--depth", "2"]])
+def test_attention_is_on_the_path_at_every_depth(
+    depth: list[str], capsys: pytest.CaptureFixture[str], nets: Path
+) -> None:
+    """nn.MultiheadAttention, whose forward calls none of its modules (its out_proj): one box
+    on the path from ln1 to ln2 at the default depth as at --depth 2."""
+    assert main([f"{nets}:Attend", "--input", "2x5x16", "--format", "dot", *depth]) == 0
+    graph = parse(capsys.readouterr().out)
+    path = [graph.nodes[n]["tooltip"] for n in path_through(graph)[1:-1]]
+    assert path == ["ln1", "attn", "ln2"]
 
 
 @POSIX

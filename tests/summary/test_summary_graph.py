@@ -8,6 +8,8 @@ Graphviz's ``dot`` is installed, it draws the same text, and its SVG shows the s
 
 from __future__ import annotations
 
+import re
+import sys
 from collections import OrderedDict
 
 import pytest
@@ -17,8 +19,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 import lazynn
-from dot_graph import Graph, has_dot, parse, svg_of, svg_texts
+from dot_graph import Graph, has_dot, parse, path_through, svg_of, svg_texts
 from golden_models import CASES, Blocks, TwoInputs, lazy_cnn
+from paths import EXAMPLES
+
+sys.path.insert(0, str(EXAMPLES))
+import models
 
 
 def graph_of(model: nn.Module, *examples: object, **view: object) -> Graph:
@@ -36,16 +42,6 @@ def boxes(graph: Graph) -> dict[str, dict[str, str]]:
     """Every box of the graph, nodes and clusters, by id (not the input and output nodes)."""
     nodes = {k: v for k, v in graph.nodes.items() if k not in ("input", "output")}
     return {**nodes, **graph.clusters}
-
-
-def path_through(graph: Graph) -> list[str]:
-    """The nodes from ``input`` to ``output``, following the edges (one out of each)."""
-    after = {tail: head for tail, head, _ in graph.edges}
-    assert len(after) == len(graph.edges), "a node with two edges out"
-    path = ["input"]
-    while path[-1] != "output":
-        path.append(after[path[-1]])
-    return path
 
 
 # --- one box per row, the shapes on the edges --------------------------------------------------
@@ -200,6 +196,187 @@ def test_an_image_format_is_refused_with_the_way_to_draw_one(format: str) -> Non
         report.render(format=format)
     assert isinstance(e.value, lazynn.ArgumentError)
     assert ("Fix: Graphviz draws an image" in str(e.value)) == (format != "html")
+
+
+# --- the path follows the forward's calls, at every depth ----------------------------------------
+
+
+class Attend(nn.Module):
+    """A norm, attention, a norm (issue 38's shape). ``nn.MultiheadAttention``'s forward uses
+    its ``out_proj``'s weight without calling it: a module that ran while none in it did."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(16)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.ln2 = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.ln1(x)
+        return self.ln2(x + self.attn(x, x, x)[0])
+
+
+class Residual(nn.Module):
+    """A ResNet basic block whose shortcut is registered first and called last, its one ReLU
+    called twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shortcut = nn.Sequential(lazynn.LazyConv2d(8, 1), lazynn.LazyBatchNorm2d())
+        self.conv1 = lazynn.LazyConv2d(8, 3, padding=1)
+        self.bn1 = lazynn.LazyBatchNorm2d()
+        self.conv2 = lazynn.LazyConv2d(8, 3, padding=1)
+        self.bn2 = lazynn.LazyBatchNorm2d()
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def encoder_layers() -> nn.Sequential:
+    """torch's encoder layer registers self_attn, linear1, dropout, linear2, norm1, norm2,
+    dropout1, dropout2, and calls self_attn, dropout1, norm1, linear1...; lazy and eager."""
+    return nn.Sequential(
+        lazynn.LazyTransformerEncoderLayer(2, dim_feedforward=32, batch_first=True),
+        nn.TransformerEncoderLayer(16, 2, dim_feedforward=24, batch_first=True, norm_first=True),
+    )
+
+
+#: models whose forward calls modules in another order than they are registered in, or a
+#: module that calls none of its own: factory, input shape
+TRACED = {
+    "multihead attention": (Attend, (2, 5, 16)),
+    "transformer encoder layers": (encoder_layers, (2, 5, 16)),
+    "residual block": (Residual, (2, 3, 8, 8)),
+    # (its encoder's skips join the decoder; its upconvs and decoder lists called interleaved)
+    "u-net": (lambda: models.LazyUNet(out_channels=2, base=4, depth=2), (2, 1, 16, 16)),
+}
+
+
+def traced(model: nn.Module, x: torch.Tensor) -> list[str]:
+    """The path of the module of each call a real forward makes, in order (forward pre-hooks)."""
+    calls: list[str] = []
+    hooks = [
+        module.register_forward_pre_hook(lambda *_, path=path: calls.append(path))
+        for path, module in model.named_modules()
+    ]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return calls
+
+
+def built(name: str) -> tuple[nn.Module, tuple[int, ...], list[str]]:
+    """``TRACED[name]``'s model, built by a first call, its input shape, and its calls."""
+    factory, shape = TRACED[name]
+    torch.manual_seed(0)
+    model = factory()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        model(x)
+    return model, shape, traced(model, x)
+
+
+def on_path(graph: Graph) -> list[str]:
+    """The paths of the modules on the path (the model's: ``""``), input to output."""
+    return [graph.nodes[n].get("tooltip", "") for n in path_through(graph)[1:-1]]
+
+
+@pytest.mark.parametrize("name", sorted(TRACED))
+def test_the_path_follows_the_traced_calls_at_every_depth(name: str) -> None:
+    model, shape, calls = built(name)
+    report = lazynn.summary(model, shape)
+
+    def inside(path: str, call: str) -> bool:
+        path = re.sub(r"-\w+$", "", path)  # (a run of identical blocks: its first)
+        return not path or call == path or call.startswith(path + ".")
+
+    def first(path: str) -> int:
+        return next(i for i, call in enumerate(calls) if inside(path, call))
+
+    for depth in range(max(row.depth for row in report.rows) + 1):
+        graph = parse(report.render(format="dot", depth=depth))
+        path = on_path(graph)
+        # in the order the forward first called each (or, for a box of several, one in it)
+        assert path == sorted(path, key=first), f"depth {depth}"
+        # every node of a module called once, or of a container whose modules ran, is on it
+        nodes = [
+            a.get("tooltip", "") for n, a in graph.nodes.items() if n not in ("input", "output")
+        ]
+        once = [
+            p
+            for p in nodes
+            if calls.count(p) == 1 or (p not in calls and any(inside(p, c) for c in calls))
+        ]
+        assert sorted(once) == sorted(path), f"depth {depth}"
+        # and every frame of a module that ran holds a part of the path
+        for cluster, attributes in graph.clusters.items():
+            if any(inside(attributes.get("tooltip", ""), call) for call in calls):
+                members = [graph.nodes[n].get("tooltip", "") for n in graph.members[cluster]]
+                assert set(members) & set(path), f"depth {depth}: {attributes['label']!r}"
+
+
+@pytest.mark.parametrize("depth", [None, 1, 0])
+def test_attention_is_one_node_on_the_path_at_every_depth(depth: int | None) -> None:
+    """nn.MultiheadAttention, whose out_proj its forward never calls: one node, on the path
+    from ln1 to ln2, counting out_proj's parameters (816 + 272); its edges are solid (it
+    receives x three times, and ln2 receives the first of what it gives)."""
+    model, shape, _ = built("multihead attention")
+    graph = parse(lazynn.summary(model, shape).render(format="dot", depth=depth))
+    if depth == 0:
+        assert on_path(graph) == [""]
+        return
+    assert on_path(graph) == ["ln1", "attn", "ln2"]
+    (attn,) = [a for a in graph.nodes.values() if a.get("tooltip") == "attn"]
+    assert attn["label"] == "attn (MultiheadAttention)\nParams: 1,088, FLOPs: 23.7K"
+    assert not any("out_proj" in a.get("tooltip", "") for a in graph.nodes.values())
+    assert [a for _, _, a in graph.edges] == [
+        {"label": "[2, 5, 16]"},
+        {"label": "[2, 5, 16], [2, 5, 16], [2, 5, 16]"},
+        {"label": "[2, 5, 16]"},
+        {"label": "[2, 5, 16]"},
+    ]
+
+
+def test_an_encoder_layer_is_drawn_in_the_order_it_calls_its_modules() -> None:
+    model, shape, _ = built("transformer encoder layers")
+    graph = parse(lazynn.summary(model, shape).render(format="dot"))
+    post = ["self_attn", "dropout1", "norm1", "linear1", "dropout", "linear2", "dropout2", "norm2"]
+    pre = ["norm1", "self_attn", "dropout1", "norm2", "linear1", "dropout", "linear2", "dropout2"]
+    assert on_path(graph) == [f"0.{p}" for p in post] + [f"1.{p}" for p in pre]
+    assert all("style" not in a for _, _, a in graph.edges)  # (each receives what one gives)
+
+
+def test_a_skip_joining_the_path_is_a_dashed_edge() -> None:
+    """The U-Net's decoder receives its skip concatenated to its upconv's output."""
+    model, shape, _ = built("u-net")
+    graph = parse(lazynn.summary(model, shape).render(format="dot", depth=3))
+    into = {graph.nodes[head].get("tooltip"): a for _, head, a in graph.edges}
+    for level, channels in ((0, 16), (1, 8)):
+        assert into[f"upconvs.{level}"].get("style") is None
+        assert into[f"decoder.{level}.0"] == {
+            "label": f"[2, {channels}, {8 * 2**level}, {8 * 2**level}]",
+            "style": "dashed",
+        }
+
+
+def test_a_lazy_layer_never_reached_inside_a_module_that_ran_stays_apart() -> None:
+    class Skips(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.spare = lazynn.LazyLinear(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    graph = graph_of(nn.Sequential(Skips(), nn.ReLU()), (2, 3))
+    (spare,) = [a for a in graph.nodes.values() if a.get("tooltip") == "0.spare"]
+    assert spare["style"] == "rounded,dashed"  # (unbuilt, shown, off the path)
+    assert on_path(graph) == ["1"]
 
 
 # --- names that DOT must quote, read back exactly -----------------------------------------------

@@ -32,6 +32,7 @@ from .._errors import LazynnError, first_line
 from .._summary.memory import optimizer_class, supported_optimizers
 from .._summary.render import FORMATS
 from .._summary.summary import summary
+from .._summary.table import terminal_width
 from .fixes import cli_line, one_line, user_line
 from .images import IMAGES, check_image, draw
 from .shapes import check_bytes, model_dtype, parse_input
@@ -152,8 +153,9 @@ def _parser() -> argparse.ArgumentParser:
         type=_count(0),
         default=None,
         metavar="N",
-        help="the text table's widest line, in characters (long names and shapes are cut "
-        "with ..., each column keeping 12; default: 100; 0: no limit)",
+        help="the text table's widest line, in characters (shapes are shortened first, then "
+        "names, each column keeping 12, and a note says what was cut; default: the "
+        "terminal's width, at least 80, or 100 when not printing to a terminal; 0: no limit)",
     )
     run = cmd.add_argument_group("the run")
     run.add_argument(
@@ -322,7 +324,7 @@ def _summary(args: argparse.Namespace) -> str | bytes:
         format="dot" if args.format in IMAGES else args.format,
         depth=args.depth,
         expand=args.expand,
-        width=100 if args.width is None else args.width or None,
+        width=terminal_width() if args.width is None else args.width or None,
     )
     if args.format == "svg":
         return draw(text, "svg").decode().rstrip("\n")

@@ -1,20 +1,19 @@
 """The summary as a picture: a Graphviz DOT graph of boxes, the shapes on its edges.
 
-``render.py`` decides what each box says (the table's rows, collapsed and cut to a depth, as
+``picture.py`` decides what each box says (the table's rows, collapsed and cut to a depth, as
 :class:`Box`); this file writes them as DOT, the text Graphviz draws (``dot -Tsvg``), as
 torchviz, torchview and Keras' ``plot_model`` do. A box with boxes inside is a cluster (a
 frame with its label), any other a node; the edges run from the input, through the nodes in
-the model's order, to the output, each labelled with the shapes the next one receives. A
-module called more than once (a shared activation) stands off that path, as it is at several
-places on it; a module never called is a dashed box.
+the order the forward first called them, to the output, each labelled with the shapes the next
+one receives. A module called more than once (a shared activation) stands off that path, as it
+is at several places on it; a module never called is a dashed box.
 
-The edges follow the modules' order, not a trace of the forward: for a sequential model that
-is the data's path. Where the next node receives other shapes than the one before gives (the
-forward branches, reuses a module, or computes between them), the edge is dashed.
+Where the next node receives a shape the one before does not give (the forward branches, joins
+a skip connection, or computes between them), the edge is dashed.
 
->>> inner = (Box("fc (Linear)", "fc", "[2, 3]", "[2, 4]"),)
->>> net = Box("Net", "", "[2, 3]", "[2, 4]", children=inner)
->>> text = dot("Net", "Net: 16 params", "[2, 3]", "[2, 4]", net)
+>>> inner = (Box("fc (Linear)", "fc", ("[2, 3]",), ("[2, 4]",)),)
+>>> net = Box("Net", "", ("[2, 3]",), ("[2, 4]",), children=inner)
+>>> text = dot("Net", "Net: 16 params", ("[2, 3]",), ("[2, 4]",), net)
 >>> print(*text.splitlines()[5:], sep="\\n")  # (after the looks: fonts, colours)
   "input" [label="input", shape=ellipse, style="filled", fillcolor="#ffffff"];
   subgraph "cluster_n0" {
@@ -52,18 +51,20 @@ _ENDS = 'shape=ellipse, style="filled", fillcolor="#ffffff"'
 @dataclass(frozen=True)
 class Box:
     """One row of the summary as a box: its label (lines apart by ``\\n``), its module's path
-    (the tooltip), the shapes it receives and gives (its first call's) as the table writes
-    them; whether it is on the path (called once), whether it ran (it or a module in it was
-    called), whether it was lazy, and the boxes inside it."""
+    (the tooltip), the shapes it receives and gives (its first call's), each as the table
+    writes it; whether it is on the path (called once), whether it ran (it or a module in it
+    was called), whether it was lazy, the boxes inside it, and its place on the path (the
+    order of first calls: the path runs through the boxes by ``order``, then as listed)."""
 
     label: str
     path: str
-    inputs: str
-    outputs: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
     on_path: bool = True
     ran: bool = True
     lazy: bool = False
     children: tuple[Box, ...] = ()
+    order: int = 0
 
 
 def quoted(text: str, left: bool = False) -> str:
@@ -80,7 +81,7 @@ def quoted(text: str, left: bool = False) -> str:
     return '"' + escaped.replace("\n", "\\n") + '"'
 
 
-def dot(name: str, title: str, inputs: str, outputs: str, root: Box) -> str:
+def dot(name: str, title: str, inputs: tuple[str, ...], outputs: tuple[str, ...], root: Box) -> str:
     """The DOT graph ``name`` of ``root`` and the boxes in it: an ``input`` node that gives
     ``inputs``, an ``output`` node that receives ``outputs``, ``title`` under the picture."""
     ids = _ids(root)
@@ -88,14 +89,17 @@ def dot(name: str, title: str, inputs: str, outputs: str, root: Box) -> str:
     lines.append(f'  "input" [label="input", {_ENDS}];')
     lines += _box(root, ids, "  ")
     lines.append(f'  "output" [label="output", {_ENDS}];')
-    called = [box for box in _all(root) if not box.children and box.on_path]
+    called = sorted(
+        (box for box in _all(root) if not box.children and box.on_path), key=lambda b: b.order
+    )
     names = ["input", *(ids[id(box)] for box in called), "output"]
     gives = [inputs, *(box.outputs for box in called)]
     receives = [*(box.inputs for box in called), outputs]
     for i, (shapes, given) in enumerate(zip(receives, gives, strict=True)):
-        style = "" if shapes == given else ", style=dashed"
+        joined = bool(shapes) and set(shapes) <= set(given)  # (what it receives, given here)
+        style = "" if joined else ", style=dashed"
         edge = f"{quoted(names[i])} -> {quoted(names[i + 1])}"
-        lines.append(f"  {edge} [label={quoted(shapes)}{style}];")
+        lines.append(f"  {edge} [label={quoted(', '.join(shapes) or '--')}{style}];")
     lines.append(f"  label={quoted(title)};")  # (last: a cluster would inherit it)
     lines.append("}")
     return "\n".join(lines)

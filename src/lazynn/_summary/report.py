@@ -130,6 +130,8 @@ class Report:
     mode: str = "train"
     batch: str | None = None
     memory: Memory | None = None
+    #: the paths of the modules the examples called, in the order of their first calls
+    call_order: tuple[str, ...] = ()
 
     @property
     def non_trainable_parameters(self) -> int:

@@ -31,7 +31,7 @@ from .._rehearsal.habits import check_keywords
 from .._rehearsal.learnt import Call, Rehearsal
 from .._rehearsal.rehearse import apart, rehearse
 from .memory import Memory, optimizer_class, training_memory
-from .render import render
+from .render import Width, render
 from .report import Dim, Report, Shape, SummaryRow
 
 __all__ = ["Summary", "summary"]
@@ -75,6 +75,8 @@ class Summary(Report):
         memory: the estimate of a training step's memory, in bytes (``params``,
             ``gradients``, ``optimizer_states``, ``activations``, ``total``, and the
             ``optimizer``'s name), when asked for (``training=True``); None otherwise.
+        call_order: the paths of the modules the examples called, in the order of their
+            first calls (the model first): the picture's path follows it.
 
     >>> import lazynn
     >>> from torch import nn
@@ -92,7 +94,7 @@ class Summary(Report):
         format: str = "table",
         depth: int | None = None,
         expand: bool = False,
-        width: int | None = 100,
+        width: Width = "auto",
         columns: Sequence[str] | None = None,
     ) -> str:
         """The summary as ``format``: ``"table"`` (text), ``"markdown"``, ``"json"``, or
@@ -104,8 +106,10 @@ class Summary(Report):
             depth: the deepest module level shown (0: the model alone); default: the
                 deepest whose table fits in ``SCREEN_ROWS`` rows (40).
             expand: list every block, instead of one row for identical consecutive blocks.
-            width: the table's widest line, as far as cutting names and shapes (with ``...``,
-                each column keeping 12 characters) can bring it; None: no limit.
+            width: the table's widest line, as far as shortening shapes, then names, can
+                bring it (a note under the table says what was cut); None: no limit.
+                Default ``"auto"``: the terminal's width when stdout is a terminal (at
+                least 80), 100 otherwise (a file, a pipe, a doctest).
             columns: which of ``input``, ``output``, ``params``, ``param_shapes``,
                 ``param_bytes``, ``buffer_bytes``, ``flops``, ``calls`` to show, in order.
                 Default: ``input``, ``output``, ``params``, ``flops``. In the DOT graph,
@@ -350,6 +354,7 @@ def _collect(
         total_flops=flops(""),
         mode=mode,
         batch=batch,
+        call_order=tuple(rehearsal.calls),
     )
 
 
