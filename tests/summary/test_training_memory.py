@@ -501,3 +501,22 @@ def test_a_symbolic_batch_gives_an_lstms_activations_per_sample() -> None:
     assert per_sample.activations == batches[1] - batches[0] > 0
     whole = training_memory(factory(), (example,)).activations  # (a batch of 3: pages)
     assert whole >= 3 * per_sample.activations
+
+
+def test_with_a_symbolic_batch_only_the_activations_are_labelled_per_sample() -> None:
+    """Parameters, gradients and optimizer states do not follow the batch: the table labels
+    the activations per sample and the total at B=1, not the whole estimate."""
+    net = nn.Sequential(lazynn.LazyLinear(8), nn.ReLU(), lazynn.LazyLinear(2))
+    report = lazynn.summary(net, lazynn.Spec(("B", 16)), training=True)
+    lines = str(report).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Training memory"))
+    block = lines[start : start + 6]
+    assert block[0] == "Training memory (AdamW, on meta):"
+    assert block[1].startswith("  parameters ")
+    assert not block[1].endswith("per sample")
+    assert block[4].endswith(" per sample")
+    assert block[4].startswith("  activations ")
+    assert block[5].endswith(" at B=1")
+    fixed = str(lazynn.summary(net, (4, 16), training=True))
+    assert "per sample" not in fixed
+    assert " at B=1" not in fixed

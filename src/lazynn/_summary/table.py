@@ -253,13 +253,15 @@ def _totals(summary: Report) -> list[str]:
     ]
     memory = summary.memory
     if memory is not None:
+        # (with a symbolic batch only the activations are per sample: the total is at B=1)
+        per, at = (" per sample", f" at {summary.batch}=1") if summary.batch else ("", "")
         lines += [
-            f"Training memory ({memory.optimizer}, on meta{', per sample' * bool(summary.batch)}):",
+            f"Training memory ({memory.optimizer}, on meta):",
             f"  parameters          {byte_size(memory.params)}",
             f"  gradients           {byte_size(memory.gradients)}",
             f"  optimizer states    {byte_size(memory.optimizer_states)}",
-            f"  activations         {byte_size(memory.activations)}",
-            f"  total               {byte_size(memory.total)}",
+            f"  activations         {byte_size(memory.activations)}{per}",
+            f"  total               {byte_size(memory.total)}{at}",
         ]
     return lines
 
