@@ -360,7 +360,7 @@ def test_a_build_waits_for_another_threads_build_of_the_same_model() -> None:
     model = make()
     reached, go = threading.Event(), threading.Event()
     results: list[Any] = []
-    line = _line_of(_build.build_from, "_allocate(")
+    line = _line_of(_build.build_from, "allocate(")
 
     def a() -> None:
         _pause_at(_build.build_from.__code__, line, reached, go)

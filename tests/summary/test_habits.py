@@ -147,3 +147,19 @@ def test_the_examples_tuple_is_not_read_as_one_shape() -> None:
     report = lazynn.summary(Repeat(), 4, 16)
     assert report.rows[1].inputs[0].shape == (4, 16)
     assert functools.reduce(int.__mul__, report.outputs[0].shape) == 8
+
+
+def test_the_examples_are_not_a_keras_shape_themselves() -> None:
+    """``summary(model, None, 16)``: a None and an int example, not the shape (None, 16)."""
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(2)
+
+        def forward(self, mask: torch.Tensor | None, width: int) -> torch.Tensor:
+            assert mask is None
+            return self.fc(torch.ones(3, width))  # type: ignore[no-any-return]
+
+    assert lazynn.summary(Masked(), None, 16).rows[1].inputs[0].shape == (3, 16)
+    assert lazynn.build(Masked(), None, 16).fc.in_features == 16

@@ -1,4 +1,6 @@
-"""The arguments ``build`` and ``materialize`` take besides the model, checked at the door.
+"""The arguments of lazynn's functions, checked at the door: each wrong one is an
+:class:`~lazynn.ArgumentError` naming the function, what it takes and the fix, before
+anything runs (the model and every generator untouched).
 
 >>> import torch
 >>> check_dtype("bfloat16", "lazynn.build"), check_dtype(torch.float64, "lazynn.build")
@@ -10,11 +12,86 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from .._errors import ArgumentError, message
 from .._rehearsal.spec import dtype_named, near_miss
 
-__all__ = ["check_dtype", "check_threads"]
+__all__ = [
+    "check_device",
+    "check_dtype",
+    "check_model",
+    "check_module",
+    "check_progress",
+    "check_threads",
+]
+
+
+def check_model(model: object, where: str) -> None:
+    """``model`` is a model or its factory (callable): else an ArgumentError."""
+    if not isinstance(model, nn.Module) and not callable(model):
+        raise ArgumentError(
+            message(
+                where,
+                "a model (an nn.Module) or its factory (a class, functools.partial(Net, "
+                "config), a lambda)",
+                f"{type(model).__name__} {_short(model)}",
+                "pass the model, or what makes it: lazynn.build(Net, (4, 16))",
+            )
+        )
+
+
+def check_module(module: object, where: str) -> None:
+    """``module`` is an ``nn.Module``: else an ArgumentError."""
+    if not isinstance(module, nn.Module):
+        raise ArgumentError(
+            message(
+                where,
+                "an nn.Module",
+                f"{type(module).__name__} {_short(module)}",
+                "pass the model (or the module) itself",
+            )
+        )
+
+
+def check_device(device: object, where: str) -> torch.device | None:
+    """``device`` as a ``torch.device`` (a name or index, as torch takes it), None as None;
+    else an ArgumentError with torch's own words."""
+    if device is None:
+        return None
+    try:
+        if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+            raise TypeError(f"a {type(device).__name__} is not a device")
+        return torch.device(device)  # (an index with no accelerator: torch refuses it)
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise ArgumentError(
+            message(
+                where,
+                "device: a torch.device or its name ('cpu', 'cuda:0', 'meta'), or None",
+                f"device={_short(device)}",
+                "pass a device this machine has: 'cpu', or 'meta' to allocate nothing",
+                detail=str(error).splitlines()[0],
+            )
+        ) from error
+
+
+def check_progress(progress: object, where: str) -> bool | None:
+    """``progress`` as True, False or None (automatic); else an ArgumentError."""
+    if progress is None or isinstance(progress, bool):
+        return progress
+    raise ArgumentError(
+        message(
+            where,
+            "progress: True (a bar), False (none) or None (a bar for large models in a terminal)",
+            f"progress={_short(progress)}",
+            "pass progress=True or progress=False",
+        )
+    )
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def check_threads(threads: object, where: str) -> int:

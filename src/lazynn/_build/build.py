@@ -32,7 +32,7 @@ from .._module.tensors import (
 from .._rehearsal.collector import paused
 from .._rehearsal.rehearse import apart, rehearse, warn_notes
 from .allocate import allocate
-from .arguments import check_dtype, check_threads
+from .arguments import check_device, check_dtype, check_model, check_progress, check_threads
 from .factory import build_factory, is_factory
 from .install import install
 from .progress import Progress, meta_numel
@@ -90,9 +90,11 @@ def build(
     >>> lazynn.build(net, (1, 3, 32, 32))[2]
     Linear(in_features=7200, out_features=10, bias=True)
     """
+    check_model(model, "lazynn.build")
     threads = check_threads(threads, "lazynn.build")
     dtype = check_dtype(dtype, "lazynn.build")
-    target = torch.device(device) if device is not None else None
+    progress = check_progress(progress, "lazynn.build")
+    target = device = check_device(device, "lazynn.build")
     if threads > 1 and _drawn_on_cpu(model, target):
         return _build_in_threads(
             model, example_inputs, example_kwargs, target, dtype, threads, progress

@@ -54,6 +54,7 @@ from .._module.callers import untraced
 from .._module.lifecycle import in_build, is_unbuilt, rehearsing
 from .._module.state import BUILD_LOCK, context
 from .._program.record import recording
+from .arguments import check_module
 from .build import build_from
 from .queue import (
     Entry,
@@ -137,6 +138,7 @@ def on_build(module: M, fn: Callable[[M], object]) -> OnBuildHandle:
     >>> handle.pending, fc.weight.requires_grad
     (False, False)
     """
+    check_module(module, "lazynn.on_build")
     if not callable(fn):
         raise LazynnError(
             message(

@@ -21,7 +21,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from .._build.arguments import check_threads
+from .._build.arguments import check_device, check_module, check_progress, check_threads
 from .._build.install import install, pending
 from .._build.progress import Progress, meta_numel
 from .._build.queue import run_ready
@@ -74,8 +74,10 @@ def materialize(
     >>> lazynn.materialize(net, "cpu").weight.device
     device(type='cpu')
     """
+    check_module(model, "lazynn.materialize")
     threads = check_threads(threads, "lazynn.materialize")
-    target = torch.device(device) if device is not None else torch.get_default_device()
+    progress = check_progress(progress, "lazynn.materialize")
+    target = check_device(device, "lazynn.materialize") or torch.get_default_device()
     unbuilt = [p for p, m in model.named_modules() if is_lazy_module(m)]
     if unbuilt:
         raise LazynnError(

@@ -29,11 +29,11 @@ BATCH = "B"
 
 
 def keras_batch(value: Any) -> Any:
-    """``value`` with each Keras shape, a tuple or list of sizes whose first is ``None``
-    (``(None, 16)``), made a :class:`Spec` whose first dimension is :data:`BATCH`; the rest
-    as it is (structures walked)."""
+    """``value`` (an example) with each Keras shape, a tuple or list of sizes whose first is
+    ``None`` and the rest ints (``(None, 16)``), made a :class:`Spec` whose first dimension
+    is :data:`BATCH`; the rest as it is (structures walked)."""
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
-        if value and value[0] is None and all(_size(d) for d in value[1:]):
+        if len(value) > 1 and value[0] is None and all(_size(d) for d in value[1:]):
             return Spec((BATCH, *value[1:]))
         return type(value)(keras_batch(v) for v in value)
     if isinstance(value, dict):

@@ -85,7 +85,8 @@ def rehearse(
         meta_args = map_tensors(meta_like, tuple(args))
         meta_kwargs = map_tensors(meta_like, dict(kwargs))
     else:
-        args, kwargs = keras_batch(tuple(args)), keras_batch(dict(kwargs))
+        args = tuple(keras_batch(a) for a in args)  # (each example: the tuple is no shape)
+        kwargs = keras_batch(dict(kwargs))
         batch = batch_name(args, kwargs, "lazynn.build")
         if batch is not None:  # (run at two sizes: sizes that follow it are refused)
             runs = [

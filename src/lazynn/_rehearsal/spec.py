@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .._errors import InferenceError, message
+from .._errors import ArgumentError, InferenceError, message
 from .._module.tensors import meta_like
 
 __all__ = ["Spec", "as_meta", "dtype_named", "input_dtype", "near_miss"]
@@ -101,6 +101,38 @@ class Spec:
     #: sizes; ``lazynn.summary`` also takes a name ("B") for a symbolic batch dimension
     shape: tuple[int | str, ...]
     dtype: torch.dtype | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse what is not a shape and a dtype (a dtype's name is taken, as torch names
+        it: ``"long"``), at the Spec, not deep in a build."""
+        shape, dtype = self.shape, self.dtype
+        sizes = isinstance(shape, (tuple, list, torch.Size)) and all(
+            (isinstance(d, int) and not isinstance(d, bool) and d >= 0) or isinstance(d, str)
+            for d in shape  # (a name elsewhere than first: the summary says why not)
+        )
+        if not sizes:
+            raise ArgumentError(
+                message(
+                    "lazynn.Spec",
+                    "shape: a tuple of sizes, each an int of 0 or more (the first may be a "
+                    "name: a symbolic batch, 'B')",
+                    f"shape={shape!r}",
+                    "pass a tuple: Spec((4, 16)), Spec(('B', 3, 224, 224))",
+                )
+            )
+        object.__setattr__(self, "shape", tuple(shape))
+        found = dtype_named(dtype) if isinstance(dtype, str) else dtype
+        if dtype is not None and not isinstance(found, torch.dtype):
+            raise ArgumentError(
+                message(
+                    "lazynn.Spec",
+                    "dtype: a torch.dtype or its name (torch.long, 'long'), or None (the "
+                    "default dtype)",
+                    f"dtype={dtype!r}" + (near_miss(dtype) if isinstance(dtype, str) else ""),
+                    "pass torch.long for token ids, or leave it out",
+                )
+            )
+        object.__setattr__(self, "dtype", found)
 
     @classmethod
     def parse(cls, text: str, dtype: str | None = None) -> Spec:

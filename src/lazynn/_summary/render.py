@@ -65,6 +65,16 @@ def render(
                 fix,
             )
         )
+    listed = isinstance(columns, (list, tuple)) and all(isinstance(c, str) for c in columns)
+    if columns is not None and not listed:  # (a name alone is not its letters)
+        raise ArgumentError(
+            message(
+                "Summary.render",
+                f"columns: a list or tuple of names, some of {list(COLUMNS)}",
+                f"columns={columns!r}",
+                "pass a tuple: columns=('params',), or columns=None for the default ones",
+            )
+        )
     chosen = tuple(columns) if columns is not None else _DEFAULT_COLUMNS
     unknown = [c for c in chosen if c not in COLUMNS]
     if unknown:
@@ -76,12 +86,12 @@ def render(
                 "name columns from that list, or pass columns=None for the default ones",
             )
         )
-    if depth is not None and depth < 0:
+    if depth is not None and (type(depth) is not int or depth < 0):
         raise ArgumentError(
             message(
                 "Summary.render",
                 "depth: an integer of 0 or more (0: the model's own row)",
-                f"depth={depth}",
+                f"depth={depth!r}",
                 "pass depth=None for every level, or a level of 0 or more",
             )
         )

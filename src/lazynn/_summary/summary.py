@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._build.arguments import check_model
 from .._build.factory import is_factory, on_meta
 from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
@@ -183,13 +184,15 @@ def summary(
     >>> lazynn.is_lazy(net)
     True
     """
+    check_model(model, "lazynn.summary")
     if mode not in _MODES:
         raise LazynnError(
             message("lazynn.summary", "mode='train' or mode='eval'", repr(mode), "pass one of them")
         )
     if training:  # an unknown or refused optimizer, before anything runs
         optimizer_class(optimizer)
-    example_inputs, example_kwargs = keras_batch(example_inputs), keras_batch(example_kwargs)
+    example_inputs = tuple(keras_batch(a) for a in example_inputs)  # (each: not the tuple)
+    example_kwargs = keras_batch(example_kwargs)
     owner = model if isinstance(model, type) else type(model)
     forward = getattr(owner, "forward", None) if issubclass(owner, nn.Module) else None
     check_keywords(forward, owner.__name__, example_kwargs)  # (torchinfo's, before anything)
