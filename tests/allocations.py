@@ -17,8 +17,9 @@ from torch.utils._pytree import tree_leaves
 
 __all__ = ["CHUNK_BYTES", "Allocations"]
 
-#: the bytes of float32 numbers lazynn's sharded initialization draws at once, at most
-#: (``lazynn._program.draws.CHUNK`` numbers)
+#: one chunk of float32 numbers (``lazynn._program.draws.CHUNK``): the most a materialize
+#: holds at once beyond what it keeps (a chunk of draws, a part of ``trunc_normal_``'s
+#: rounds, a band of a computed tensor's intermediates)
 CHUNK_BYTES = (1 << 20) * 4
 
 

@@ -38,7 +38,9 @@ __all__ = [
     "CHUNK",
     "FILLS",
     "PART",
+    "Cursor",
     "call_drawing",
+    "contiguous_in",
     "draw_parts",
     "draw_region",
     "draw_slice",
@@ -57,9 +59,11 @@ _KINDS = {torch.Tensor.uniform_: "uniform", torch.Tensor.normal_: "normal"}
 PART = 1 << 22
 
 
-class _Cursor:
+class Cursor:
     """One fill's stream, walked from its first element to its last: :meth:`skip_to` an
-    element, :meth:`draw` a range of elements into memory."""
+    element, :meth:`draw` a range of elements or a :meth:`region` (a block) into memory, in
+    the stream's order, then :meth:`finish`. It holds at most ``chunk`` numbers of its own
+    (a piece's scratch, or a block's rows)."""
 
     def __init__(
         self,
@@ -74,7 +78,7 @@ class _Cursor:
     ) -> None:
         self.fill, self.dtype, self.device, self.args = fill, dtype, device, args
         self.kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
-        self.total = math.prod(full_shape)
+        self.full_shape, self.total = full_shape, math.prod(full_shape)
         self.chunk = max(16, chunk - chunk % 16)
         self.kind = _KINDS.get(fill, "")
         generator = kwargs.get("generator")
@@ -100,16 +104,19 @@ class _Cursor:
 
     def _pieces(self, lo: int, hi: int) -> list[int]:
         """Bounds of pieces from ``lo`` to ``hi``: multiples of 16, at most a chunk each, the
-        last piece of the fill at least 16 long."""
+        last piece of the fill at least 16 long (its start moved back by 16, so that no
+        piece is longer than a chunk)."""
         points = [*range(lo, hi, self.chunk), hi]
         if len(points) > 2 and hi == self.total and hi - points[-2] < 16:
-            del points[-2]
+            points[-2] -= 16
+            if points[-2] == points[-3]:  # (chunks of 16: the piece before is now empty)
+                del points[-2]
         return points
 
     def _buffer(self, size: int) -> torch.Tensor:
         if self.scratch is None or self.scratch.numel() < size:
             self.scratch = torch.empty(
-                max(size, min(self.chunk + 16, self.total)), dtype=self.dtype, device=self.device
+                max(size, min(self.chunk, self.total)), dtype=self.dtype, device=self.device
             )
         return self.scratch[:size]
 
@@ -154,11 +161,65 @@ class _Cursor:
                 flat[x - start : y - start].copy_(buffer[x - a : y - a])
         self.at = hi
 
+    def region(self, out: torch.Tensor, offset: tuple[int, ...]) -> None:
+        """Fill ``out`` (contiguous) with the block at ``offset`` (one start per dimension)
+        of the fill, after what was drawn before (see :func:`draw_region`)."""
+        full_shape, shape = self.full_shape, tuple(out.shape)
+        strides = [math.prod(full_shape[d + 1 :]) for d in range(len(full_shape))]
+        start = sum(o * st for o, st in zip(offset, strides, strict=True))
+        if math.prod(shape) == 0:  # an empty shard (uneven sharding): nothing kept
+            return
+        if contiguous_in(full_shape, shape):
+            self.draw(out.view(-1), start)
+            return
+        row, rows = strides[0], full_shape[0]
+        first, last = offset[0], offset[0] + shape[0]
+        in_row = math.prod(shape[1:])
+        wide = 2 if out.dtype == torch.float64 else 1
+        rowwise = all(shape[d] == full_shape[d] for d in range(2, len(shape)))  # (a run a row)
+        if rowwise and self.words(0) is not None and jump_pays((row - in_row) * wide, True):
+            for r in range(first, last):  # each row's run, the gaps between jumped
+                self.draw(out[r - first].reshape(-1), start + (r - first) * row)
+            return
+        step = 16 // math.gcd(row, 16)  # rows per piece: a multiple of this keeps pieces at 16s
+        per = max(step, (max(self.chunk, row) // row) // step * step)
+        lo_row = first - first % step
+        hi_row = min(rows, -(-last // step) * step)
+        if (rows - hi_row) * row < 16:
+            hi_row = rows  # (normal_'s last 16, drawn again)
+        bounds = [*range(lo_row, hi_row, per), hi_row]
+        if hi_row == rows and (rows - bounds[-2]) * row < 16:
+            if len(bounds) > 2:
+                del bounds[-2]
+            else:  # (one short last piece: start it earlier, at least 16 elements)
+                bounds[0] = max(0, (rows * row - 16) // (step * row) * step)
+        inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
+        self.skip_to(bounds[0] * row)
+        widest = max(hi - lo for lo, hi in itertools.pairwise(bounds)) * row
+        rows_buffer = torch.empty(widest, dtype=out.dtype, device=out.device)
+        for lo, hi in itertools.pairwise(bounds):
+            buffer = rows_buffer[: (hi - lo) * row]
+            self.draw(buffer, lo * row)
+            a, b = max(lo, first), min(hi, last)
+            if a < b:
+                index = (slice(a - lo, b - lo), *inner)
+                out[a - first : b - first].copy_(buffer.view(hi - lo, *full_shape[1:])[index])
+
     def finish(self) -> None:
         """Move on to the fill's end; a stream of its own settled."""
         self.skip_to(self.total)
         if self.own and self.stream is not None:
             self.stream.settle()
+
+
+def contiguous_in(full_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether a block of ``shape`` is one run of the full tensor's elements, wherever it
+    lies: size 1 before its first partial dimension, whole after it (a ``Shard(0)`` block)."""
+    partial = next((d for d in range(len(shape)) if shape[d] != full_shape[d]), None)
+    return partial is None or (
+        all(shape[d] == 1 for d in range(partial))
+        and all(shape[d] == full_shape[d] for d in range(partial + 1, len(shape)))
+    )
 
 
 def draw_slice(
@@ -176,7 +237,7 @@ def draw_slice(
     fill does. ``stream``: the generator's :class:`~lazynn._program.stream.Stream` (skips
     merged with others'); default: the generator in ``kwargs`` (or the default one), settled
     on return."""
-    cursor = _Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
+    cursor = Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
     if out.numel():
         cursor.draw(out.view(-1), start)
     cursor.finish()
@@ -209,54 +270,8 @@ def draw_region(
     >>> torch.equal(block, full[1:4, 20:36])
     True
     """
-    shape = tuple(out.shape)
-    strides = [math.prod(full_shape[d + 1 :]) for d in range(len(full_shape))]
-    start = sum(o * st for o, st in zip(offset, strides, strict=True))
-    if math.prod(shape) == 0:  # an empty shard (uneven sharding): draw the stream, keep none
-        draw_slice(out, fill, full_shape, 0, args, kwargs, chunk, stream)
-        return
-    # contiguous in the full tensor: size 1 before the first partial dim, full after it
-    partial = next((d for d in range(len(shape)) if shape[d] != full_shape[d]), None)
-    if partial is None or (
-        all(shape[d] == 1 for d in range(partial))
-        and all(shape[d] == full_shape[d] for d in range(partial + 1, len(shape)))
-    ):
-        draw_slice(out, fill, full_shape, start, args, kwargs, chunk, stream)
-        return
-    cursor = _Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
-    row, rows = strides[0], full_shape[0]
-    first, last = offset[0], offset[0] + shape[0]
-    in_row = math.prod(shape[1:])
-    wide = 2 if out.dtype == torch.float64 else 1
-    rowwise = all(shape[d] == full_shape[d] for d in range(2, len(shape)))  # (a run a row)
-    if rowwise and cursor.words(0) is not None and jump_pays((row - in_row) * wide, True):
-        for r in range(first, last):  # each row's run, the gaps between jumped
-            cursor.draw(out[r - first].reshape(-1), start + (r - first) * row)
-        cursor.finish()
-        return
-    step = 16 // math.gcd(row, 16)  # rows per piece: a multiple of this keeps pieces at 16s
-    per = max(step, (max(chunk, row) // row) // step * step)
-    lo_row = first - first % step
-    hi_row = min(rows, -(-last // step) * step)
-    if (rows - hi_row) * row < 16:
-        hi_row = rows  # (normal_'s last 16, drawn again)
-    bounds = [*range(lo_row, hi_row, per), hi_row]
-    if hi_row == rows and (rows - bounds[-2]) * row < 16:
-        if len(bounds) > 2:
-            del bounds[-2]
-        else:  # (one short last piece: start it earlier, at least 16 elements)
-            bounds[0] = max(0, (rows * row - 16) // (step * row) * step)
-    inner = tuple(slice(o, o + n) for o, n in zip(offset[1:], shape[1:], strict=True))
-    cursor.skip_to(bounds[0] * row)
-    widest = max(hi - lo for lo, hi in itertools.pairwise(bounds)) * row
-    rows_buffer = torch.empty(widest, dtype=out.dtype, device=out.device)
-    for lo, hi in itertools.pairwise(bounds):
-        buffer = rows_buffer[: (hi - lo) * row]
-        cursor.draw(buffer, lo * row)
-        a, b = max(lo, first), min(hi, last)
-        if a < b:
-            index = (slice(a - lo, b - lo), *inner)
-            out[a - first : b - first].copy_(buffer.view(hi - lo, *full_shape[1:])[index])
+    cursor = Cursor(fill, full_shape, out.dtype, out.device, args, kwargs, chunk, stream)
+    cursor.region(out, offset)
     cursor.finish()
 
 

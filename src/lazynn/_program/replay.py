@@ -10,7 +10,9 @@ every other random step is drawn through without keeping its numbers
 have it. A tensor asked for as a :class:`Block` (a rank's shard) is computed block by block
 when its steps allow it (it is made by a fill, written by whole-tensor random fills and
 elementwise steps, and read by no other step): each rank then holds only its block. Any
-other is computed whole, and its block kept.
+other is computed whole, and its block kept: in bands of rows where its steps allow it
+(:mod:`.bands`), and ``trunc_normal_``'s rounds in parts (:mod:`.rounds`), so that beyond
+the tensors it keeps a replay holds about one chunk of numbers at once.
 
 >>> import torch
 >>> from lazynn._program.record import Recorder
@@ -30,9 +32,10 @@ from typing import Any
 
 import torch
 
+from .bands import plan, run_band
 from .blocks import ELEMENTWISE, FILLED, OVERWRITES, TRUNC_NORMAL, Block, Ranks
 from .draws import FILLS, call_drawing, draw_parts, draw_region, draw_through
-from .rounds import splittable, trunc_normal_block, trunc_normal_whole
+from .rounds import alone, count_rounds, splittable, trunc_normal_block, trunc_normal_parts
 from .stream import Places, Stream
 from .tape import (
     LIKE_OPS,
@@ -188,7 +191,12 @@ class Replay:
                 break
             whole |= inputs
             steps, _ = self.needed(whole - set(given), upto)
-        last = self._last_uses(steps, whole | set(given))
+        keep = whole | set(given)
+        cpu = self.device.type == "cpu"  # (row-wise steps checked on torch's CPU kernels)
+        held = keep | set(self.env)
+        bands = plan(self.tape, whole - set(given), steps, held, self.done) if cpu else {}
+        inside = {i for band in bands.values() for i in band.makes if i != band.at}
+        last = self._last_uses(steps, keep, {at: band.reads for at, band in bands.items()})
         for index in range(self.done, upto):
             step = self.tape.steps[index]
             if step.op == RESEED:
@@ -197,7 +205,11 @@ class Replay:
                 self._places.restore(step)
             elif index in mine:
                 self._run_block(step, blocks)
-            elif index in steps:
+            elif index in bands:
+                self.env[bands[index].target] = run_band(
+                    bands[index], self.tape, self._value, self.device
+                )
+            elif index in steps and index not in inside:
                 self._execute(step)
             elif step.random and index < horizon:
                 self._draw_through(step)
@@ -268,12 +280,15 @@ class Replay:
             torch.set_rng_state(self.default.get_state())
 
     # --- one step --------------------------------------------------------------------------
-    def _last_uses(self, steps: set[int], keep: set[int]) -> dict[int, list[int]]:
-        """Step index -> the storages nothing needed reads or writes after it (freed there)."""
+    def _last_uses(
+        self, steps: set[int], keep: set[int], reads: Mapping[int, Iterable[int]]
+    ) -> dict[int, list[int]]:
+        """Step index -> the storages nothing needed reads or writes after it (freed there);
+        ``reads``: more storages steps read (a band's, where it is computed)."""
         last: dict[int, int] = {}
         for index in sorted(steps):
             step = self.tape.steps[index]
-            for storage in (*step.creates, *step.reads, *step.writes):
+            for storage in (*step.creates, *step.reads, *step.writes, *reads.get(index, ())):
                 last[storage] = index
         out: dict[int, list[int]] = {}
         for storage, index in last.items():
@@ -310,7 +325,8 @@ class Replay:
             return resolve(step.op)(*args, **kwargs)
 
     def _execute(self, step: Step) -> None:
-        if self._shared_rounds(step):  # (the rounds agreed with the other ranks, as they do)
+        if self._rounds(step) and (self.ranks is not None or self.threads == 1):
+            # (in parts; a rank's rounds agreed with the other ranks, as they do)
             target = step.args[0]
             assert isinstance(target, View)
             whole = as_view(self.env[target.storage], target)
@@ -343,14 +359,14 @@ class Replay:
         """Draw what a random step nothing needs would draw, keeping nothing (chunks of a
         whole-tensor fill; otherwise the step itself, on scratch tensors)."""
         target = step.args[0] if step.args else None
-        if self._shared_rounds(step):  # (this rank's part of the rounds, agreed)
-            assert self.ranks is not None
+        if self._rounds(step):  # (rounds counted on this rank's slice, agreed, or the whole)
             assert isinstance(target, View)
-            total, size = target.numel, self.ranks.size
+            ranks = self.ranks or Ranks(0, 1, alone)
+            total, size = target.numel, ranks.size
             edges = [*(16 * (total * i // size // 16) for i in range(size)), total]
-            lo, hi = edges[self.ranks.rank : self.ranks.rank + 2]
-            part = torch.empty(hi - lo, dtype=target.dtype, device=self.device)
-            self._trunc_normal(step, part, (total,), (lo,))
+            lo, hi = edges[ranks.rank : ranks.rank + 2]
+            bounds = tuple(float(v) for v in step.args[1:])
+            count_rounds(total, lo, hi, target.dtype, bounds, self._stream(step), ranks.agree)
             return
         fill = FILLS.get(step.op)
         if fill is not None and isinstance(target, View) and is_contiguous(target):
@@ -444,33 +460,31 @@ class Replay:
         args = tuple(self._value(a) for a in step.args[1:])
         kwargs = {k: self._value(v) for k, v in step.kwargs.items() if k != "generator"}
         generator = self._stream(step).settle()
-        if fill is not None:
-            with torch.no_grad():
+        with torch.no_grad():
+            if fill is not None:
                 return draw_parts(tensor, fill, args, kwargs, generator, self.threads)
-        mean, std = float(args[0]), float(args[1])
-
-        def normal(t: torch.Tensor) -> None:
-            if not draw_parts(t, torch.Tensor.normal_, (mean, std), {}, generator, self.threads):
-                t.normal_(mean, std, generator=generator)
-
-        trunc_normal_whole(tensor, tuple(float(a) for a in args), normal)
+            trunc_normal_parts(tensor, tuple(float(a) for a in args), generator, self.threads)
         return True
 
-    def _shared_rounds(self, step: Step) -> bool:
-        """Whether ranks share the rounds of this step: a ``trunc_normal_`` of a whole
-        contiguous tensor that :func:`~.rounds.splittable` allows."""
+    def _rounds(self, step: Step) -> bool:
+        """Whether lazynn draws this step's rounds: a ``trunc_normal_`` of a whole contiguous
+        CPU tensor that :func:`~.rounds.splittable` allows."""
         target = step.args[0] if step.args else None
         return (
-            self.ranks is not None
-            and step.op == TRUNC_NORMAL
+            step.op == TRUNC_NORMAL
+            and self.device.type == "cpu"
             and isinstance(target, View)
             and is_contiguous(target)
             and splittable(target.dtype, target.numel, step.args[1:])
         )
 
+    def _shared_rounds(self, step: Step) -> bool:
+        """Whether ranks share the rounds of this step (:meth:`_rounds`, between ranks)."""
+        return self.ranks is not None and self._rounds(step)
+
     def _trunc_normal(
         self, step: Step, local: torch.Tensor, shape: tuple[int, ...], offset: tuple[int, ...]
     ) -> None:
-        assert self.ranks is not None
         bounds = tuple(float(v) for v in step.args[1:])
-        trunc_normal_block(local, shape, offset, bounds, self._stream(step), self.ranks.agree)
+        agree = self.ranks.agree if self.ranks is not None else alone
+        trunc_normal_block(local, shape, offset, bounds, self._stream(step), agree)
