@@ -5,8 +5,10 @@ import pytest
 from registry import ROWS, Row
 
 # torchrl's own tests, run in a pytest process of their own (ecosystem/torchrl/README.md): their
-# conftest points torch's lazy names at lazynn's, which this suite's process must never do
-collect_ignore = ["ecosystem/torchrl"]
+# conftest points torch's lazy names at lazynn's, which this suite's process must never do.
+# The real zoos too (ecosystem/zoos/README.md): they need timm and torchvision, which lazynn
+# never depends on, and minutes of their own.
+collect_ignore = ["ecosystem/torchrl", "ecosystem/zoos"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
