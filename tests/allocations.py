@@ -19,7 +19,8 @@ __all__ = ["CHUNK_BYTES", "Allocations"]
 
 #: one chunk of float32 numbers (``lazynn._program.draws.CHUNK``): the most a materialize
 #: holds at once beyond what it keeps (a chunk of draws, a part of ``trunc_normal_``'s
-#: rounds, a band of a computed tensor's intermediates)
+#: rounds, a band of a computed tensor's intermediates), for float32 tensors; a chunk of a
+#: float64 tensor's draws is twice this
 CHUNK_BYTES = (1 << 20) * 4
 
 

@@ -11,7 +11,9 @@ correctly rounded arithmetic on real numbers (``mul``, ``div``, ``add``/``sub`` 
 ``alpha``, ``neg``), casts and copies, ``polar`` (its CPU kernel is scalar code, one element
 at a time), constants (``ones``, ``ones_like``, ``full``...), ``cat`` along another dimension,
 and ``arange`` of whole numbers exactly representable in its dtype: computed in bands, the
-values are the whole computation's, bit for bit. Not for transcendental functions (``cos``,
+values are the whole computation's, bit for bit, but for a NaN's payload: torch's vector and
+scalar code give a NaN different bits (eager's own NaN bits change with the thread count), so
+a NaN may come out with other bits, never a number. Not for transcendental functions (``cos``,
 ``exp``, ``pow``), whose vectorized and scalar code may round differently (a band's edge moves
 elements between them), nor for steps that mix rows (``matmul``, ``cumsum``): their outputs are
 computed whole, and a tensor made by one is computed whole too.

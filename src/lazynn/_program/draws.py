@@ -114,10 +114,11 @@ class Cursor:
         return points
 
     def _buffer(self, size: int) -> torch.Tensor:
+        """Scratch for a piece of ``size`` elements (at most a chunk): grown to the largest
+        piece asked for, never beyond it (a 16-element edge piece holds 16, not a chunk)."""
         if self.scratch is None or self.scratch.numel() < size:
-            self.scratch = torch.empty(
-                max(size, min(self.chunk, self.total)), dtype=self.dtype, device=self.device
-            )
+            self.scratch = None  # (the smaller one freed before the larger is made)
+            self.scratch = torch.empty(size, dtype=self.dtype, device=self.device)
         return self.scratch[:size]
 
     def skip_to(self, end: int) -> None:
