@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 
+#: device types that are accelerators (torch.accelerator): one this machine lacks is refused
+_ACCELERATORS = ("cuda", "xpu", "mps", "mtia", "hpu")
+
+
 def check_model(model: object, where: str) -> None:
     """``model`` is a model or its factory (callable): else an ArgumentError."""
     if not isinstance(model, nn.Module) and not callable(model):
@@ -62,7 +66,15 @@ def check_device(device: object, where: str) -> torch.device | None:
     try:
         if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
             raise TypeError(f"a {type(device).__name__} is not a device")
-        return torch.device(device)  # (an index with no accelerator: torch refuses it)
+        found = torch.device(device)  # (an index with no accelerator: a CPU build refuses it)
+        if found.type in _ACCELERATORS:  # (a CUDA build without a GPU takes cuda:3)
+            here = torch.accelerator.current_accelerator()
+            count = torch.accelerator.device_count() if here is not None else 0
+            if here is None or here.type != found.type or (found.index or 0) >= count:
+                raise RuntimeError(
+                    f"this machine has no {found} (accelerator: {here or 'none'}, {count} devices)"
+                )
+        return found
     except (RuntimeError, TypeError, ValueError) as error:
         raise ArgumentError(
             message(
