@@ -518,11 +518,15 @@ def test_a_tied_weight_of_another_shape_is_named_as_such() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_an_allocation_failure_names_the_layer_and_changes_nothing() -> None:
-    model = nn.Sequential(nn.ReLU(), lazynn.LazyLinear(3))
+    model = nn.Sequential(nn.ReLU(), lazynn.LazyLinear(10**6))  # (4 TB of weight: refused)
     with pytest.raises(lazynn.InferenceError, match=r"LazyLinear at '1': expected to allocate"):
-        lazynn.build(model, (2, 4), device="cuda")
+        lazynn.build(model, (2, 10**6))
     assert is_unbuilt(model[1])
     assert all(is_placeholder(p) for p in model.parameters())
+    if not torch.cuda.is_available():  # (a device the machine lacks: refused at the door)
+        with pytest.raises(lazynn.ArgumentError, match="this machine has no cuda"):
+            lazynn.build(model, (2, 4), device="cuda")
+        assert is_unbuilt(model[1])
 
 
 def test_a_forward_waits_while_another_thread_runs_the_on_build_queue() -> None:
