@@ -106,3 +106,11 @@ def test_a_spec_takes_a_dtype_by_name_and_any_sequence_of_sizes() -> None:
         )[1].in_features
         == 3
     )
+
+
+@pytest.mark.parametrize("example", [(-1, 3), [2, -5], (0, -1)])
+def test_a_negative_size_in_an_example_shape_is_refused_at_the_door(example: Any) -> None:
+    model = nn.Sequential(lazynn.LazyLinear(2))
+    with pytest.raises(lazynn.ArgumentError, match=r"an example shape: expected sizes of 0"):
+        lazynn.build(model, example)
+    assert lazynn.is_lazy(model)

@@ -529,6 +529,26 @@ def test_the_factory_bar_counts_the_model_its_init_allocates(
     assert capsys.readouterr().err == ""  # (on meta nothing is allocated: materialize's bar)
 
 
+class TiedBar(nn.Module):
+    """A GPT-style tie made in __init__: the head's own weight registered, then replaced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 30)
+        self.head = nn.Linear(30, 100, bias=False)
+        self.head.weight = self.emb.weight
+        self.fc = lazynn.LazyLinear(30)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc(x))  # type: ignore[no-any-return]
+
+
+def test_the_bar_never_counts_past_its_total(capsys: pytest.CaptureFixture[str]) -> None:
+    lazynn.build(TiedBar, (2, 30), progress=True)
+    last = capsys.readouterr().err.rstrip("\n").rsplit("\r", 1)[-1]
+    assert last.endswith("100% 4K/4K parameters")  # (not the replaced head's 7K/4K)
+
+
 def test_allocation_failure_names_the_bytes_and_the_sizes() -> None:
     # an example with one size far larger than meant: 10**6 features, a 3.6 TiB layer
     model = nn.Sequential(nn.Embedding(100, 4), lazynn.LazyLinear(10**6), lazynn.LazyLinear(10**6))

@@ -1216,6 +1216,15 @@ def test_a_shape_in_another_syntax_is_refused_with_the_shape_to_write(
     assert capsys.readouterr().out.splitlines()[0] == "Sequential: input [2, 5] -> output [2, 6]"
 
 
+@pytest.mark.parametrize(("text", "shape"), [("(None, 5)", "Bx5"), ("(B, 5)", "Bx5")])
+def test_a_keras_shape_on_the_command_line_is_refused_with_the_batch_named(
+    capsys: pytest.CaptureFixture[str], nets: Path, text: str, shape: str
+) -> None:
+    code = main(["summary", f"{nets}:sized(6)", "--input", text])
+    assert_one_line_error(code, *capsys.readouterr(), f"Fix: write --input {shape};", "'(5:float32")
+    assert main(["summary", f"{nets}:sized(6)", "--input", shape]) == 0
+
+
 def test_a_group_of_one_dimensional_inputs_with_dtypes_is_a_tuple_argument() -> None:
     from lazynn._cli.shapes import parse_input
 

@@ -163,3 +163,55 @@ def test_the_examples_are_not_a_keras_shape_themselves() -> None:
 
     assert lazynn.summary(Masked(), None, 16).rows[1].inputs[0].shape == (3, 16)
     assert lazynn.build(Masked(), None, 16).fc.in_features == 16
+
+
+class DepthForward(nn.Module):
+    """A forward that takes ``depth=`` (torchinfo's name), doubling its input that often."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor, depth: int = 0) -> torch.Tensor:
+        for _ in range(depth):
+            x = torch.cat([x, x], dim=-1)
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+class CallTakesDevice(nn.Module):
+    """A ``__call__`` of its own that takes ``device=`` and calls the forward without it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = lazynn.LazyLinear(3)
+
+    def __call__(self, x: torch.Tensor, device: str = "cpu") -> torch.Tensor:
+        return super().__call__(x)  # type: ignore[no-any-return]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)  # type: ignore[no-any-return]
+
+
+def test_the_keyword_check_reads_the_forward_the_call_runs() -> None:
+    """A forward set on the instance, and a __call__ of the class's own, take what they take:
+    the check reads what the call runs, not the class's forward."""
+
+    class Plain(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # type: ignore[no-any-return]
+
+    replaced = Plain()
+    replaced.forward = DepthForward.forward.__get__(replaced)  # type: ignore[method-assign]
+    assert lazynn.summary(replaced, (4, 16), depth=1).total_parameters == 32 * 3 + 3
+    assert lazynn.summary(CallTakesDevice(), (4, 16), device="cpu").total_parameters == 51
+    assert lazynn.summary(CallTakesDevice, (4, 16), device="cpu").total_parameters == 51
+
+
+@pytest.mark.compile
+def test_a_compiled_models_forward_is_its_originals() -> None:
+    compiled = torch.compile(lazynn.build(DepthForward(), (4, 16), depth=1))
+    assert lazynn.summary(compiled, (4, 16), depth=1).total_parameters == 32 * 3 + 3

@@ -61,10 +61,11 @@ class Progress:
             self._draw()
 
     def _draw(self) -> None:
-        fraction = min(self.done / self.total, 1.0)
+        done = min(self.done, self.total)  # (a tensor registered, then replaced by a tie)
+        fraction = done / self.total
         filled = int(fraction * 20)
         bar = "#" * filled + "." * (20 - filled)
-        text = f"\r{self.label} [{bar}] {fraction:4.0%} {_short(self.done)}/{_short(self.total)}"
+        text = f"\r{self.label} [{bar}] {fraction:4.0%} {_short(done)}/{_short(self.total)}"
         sys.stderr.write(text + self.suffix)
         sys.stderr.flush()
 

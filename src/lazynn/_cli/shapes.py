@@ -140,15 +140,17 @@ def _check_python_shape(text: str, value: Any, leaves: list[tuple[str, str]]) ->
     """Refuse a group of bare sizes, ``(2, 3, 16, 16)``: a shape written as Python writes it,
     which the group syntax reads as four 1-D inputs (a tuple of 1-D inputs gives each a
     dtype, ``(2:float32, 3:float32)``)."""
-    bare = all(re.fullmatch(r"\s*\d+\s*", leaf) for leaf, _ in leaves)
+    words = [leaf.strip() for leaf, _ in leaves]
+    batch = bool(words) and re.fullmatch(r"None|[A-Za-z]+", words[0]) is not None  # (Keras's)
+    bare = all(re.fullmatch(r"\d+", w) for w in words[1 if batch else 0 :])
     flat = isinstance(value, tuple) and all(isinstance(v, Spec) for v in value)
     if flat and bare and len(leaves) > 1:
-        sizes = "x".join(leaf.strip() for leaf, _ in leaves)
+        sizes = "x".join(["B" if w == "None" else w for w in words])
         raise CommandError(
             f"--input {text!r}: expected a shape written with x, such as {sizes}, received a "
             f"group of {len(leaves)} one-dimensional inputs (a shape in Python's syntax)",
             f"write --input {sizes}; a tuple argument of 1-D inputs gives each its dtype, "
-            f"'({leaves[0][0].strip()}:float32, ...)'",
+            f"'({words[1] if batch else words[0]}:float32, ...)'",
         )
 
 

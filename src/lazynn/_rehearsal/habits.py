@@ -15,9 +15,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from torch import nn
+
 from .._errors import ArgumentError, message
 
-__all__ = ["TORCHINFO", "check_keywords", "takes_keyword"]
+__all__ = ["TORCHINFO", "called", "check_keywords", "takes_keyword"]
 
 _COLUMNS = (
     "torchinfo's input_size, output_size, num_params, kernel_size and mult_adds are lazynn's "
@@ -60,6 +62,23 @@ def takes_keyword(forward: Callable[..., Any], name: str) -> bool:
         or (p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
         for p in parameters
     )
+
+
+def called(model: Any) -> tuple[Callable[..., Any] | None, str]:
+    """What a call of ``model`` (or of the model a class makes) runs with the examples, and
+    its owner's name: the bound ``forward`` of an instance (one set on it too), a compiled
+    model's original's; None where another function takes the call (a ``__call__`` of the
+    class's own) or the model is not known before it is made (a lambda factory)."""
+    if isinstance(model, type):
+        if not issubclass(model, nn.Module) or model.__call__ is not nn.Module.__call__:
+            return None, model.__name__
+        return model.forward, model.__name__
+    if not isinstance(model, nn.Module):
+        return None, type(model).__name__
+    model = getattr(model, "_orig_mod", model)  # (torch.compile's OptimizedModule: its model)
+    if type(model).__call__ is not nn.Module.__call__:
+        return None, type(model).__name__
+    return model.forward, type(model).__name__
 
 
 def check_keywords(forward: Callable[..., Any] | None, owner: str, kwargs: dict[str, Any]) -> None:

@@ -203,6 +203,16 @@ def as_meta(example: Any) -> Any:
             )
         return torch.empty(example.shape, dtype=example.dtype, device="meta")  # type: ignore[arg-type]
     if isinstance(example, torch.Size) or (_is_shape(example) and len(example) > 0):
+        if any(d < 0 for d in example):
+            raise ArgumentError(
+                message(
+                    "an example shape",
+                    "sizes of 0 or more",
+                    repr(tuple(example)),
+                    "give each dimension's size; for a batch left free, None or a name as "
+                    "the first: (None, 3)",
+                )
+            )
         return torch.empty(tuple(example), device="meta")
     if isinstance(example, torch.Tensor):
         return meta_like(example)

@@ -28,7 +28,7 @@ from .._errors import Fix, InferenceError, LazynnError, first_line, message
 from .._module.lifecycle import is_lazy_module
 from .._rehearsal.batch import TRIES, batch_name, check_batch_free, keras_batch, substituted
 from .._rehearsal.collector import paused
-from .._rehearsal.habits import check_keywords
+from .._rehearsal.habits import called, check_keywords
 from .._rehearsal.learnt import Call, Rehearsal
 from .._rehearsal.rehearse import apart, rehearse
 from .memory import Memory, optimizer_class, training_memory
@@ -193,9 +193,7 @@ def summary(
         optimizer_class(optimizer)
     example_inputs = tuple(keras_batch(a) for a in example_inputs)  # (each: not the tuple)
     example_kwargs = keras_batch(example_kwargs)
-    owner = model if isinstance(model, type) else type(model)
-    forward = getattr(owner, "forward", None) if issubclass(owner, nn.Module) else None
-    check_keywords(forward, owner.__name__, example_kwargs)  # (torchinfo's, before anything)
+    check_keywords(*called(model), example_kwargs)  # (torchinfo's, before anything)
     lazy_types = None  # (a factory's model is built on meta: its lazy classes, by path,
     notes: dict[str, str] = {}  # and what its lazy layers read that may not be meant)
     if is_factory(model):
