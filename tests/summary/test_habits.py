@@ -49,7 +49,8 @@ def test_the_fixes_name_lazynns_own_words() -> None:
 
 
 class TakesDevice(nn.Module):
-    """A forward with an argument of torchinfo's name: the forward's, not torchinfo's."""
+    """A forward with an argument of torchinfo's name (``depth=``, doubling its input that
+    often): the forward's, not torchinfo's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -165,19 +166,6 @@ def test_the_examples_are_not_a_keras_shape_themselves() -> None:
     assert lazynn.build(Masked(), None, 16).fc.in_features == 16
 
 
-class DepthForward(nn.Module):
-    """A forward that takes ``depth=`` (torchinfo's name), doubling its input that often."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = lazynn.LazyLinear(3)
-
-    def forward(self, x: torch.Tensor, depth: int = 0) -> torch.Tensor:
-        for _ in range(depth):
-            x = torch.cat([x, x], dim=-1)
-        return self.fc(x)  # type: ignore[no-any-return]
-
-
 class CallTakesDevice(nn.Module):
     """A ``__call__`` of its own that takes ``device=`` and calls the forward without it."""
 
@@ -205,7 +193,7 @@ def test_the_keyword_check_reads_the_forward_the_call_runs() -> None:
             return self.fc(x)  # type: ignore[no-any-return]
 
     replaced = Plain()
-    replaced.forward = DepthForward.forward.__get__(replaced)  # type: ignore[method-assign]
+    replaced.forward = TakesDevice.forward.__get__(replaced)  # type: ignore[method-assign]
     assert lazynn.summary(replaced, (4, 16), depth=1).total_parameters == 32 * 3 + 3
     assert lazynn.summary(CallTakesDevice(), (4, 16), device="cpu").total_parameters == 51
     assert lazynn.summary(CallTakesDevice, (4, 16), device="cpu").total_parameters == 51
@@ -213,5 +201,5 @@ def test_the_keyword_check_reads_the_forward_the_call_runs() -> None:
 
 @pytest.mark.compile
 def test_a_compiled_models_forward_is_its_originals() -> None:
-    compiled = torch.compile(lazynn.build(DepthForward(), (4, 16), depth=1))
+    compiled = torch.compile(lazynn.build(TakesDevice(), (4, 16), depth=1))
     assert lazynn.summary(compiled, (4, 16), depth=1).total_parameters == 32 * 3 + 3
