@@ -99,6 +99,7 @@ def test_the_refusals_name_the_function_and_what_it_takes(call: str, value: Any,
 
 def test_a_spec_takes_a_dtype_by_name_and_any_sequence_of_sizes() -> None:
     assert lazynn.Spec([2, 4], "long") == lazynn.Spec((2, 4), torch.long)
+    assert lazynn.Spec((2, 4), "torch.long").dtype is torch.long  # (as build's dtype= takes)
     assert lazynn.Spec(torch.Size([2, 4])).shape == (2, 4)
     assert (
         lazynn.build(

@@ -127,7 +127,7 @@ def check_dtype(dtype: object, where: str) -> torch.dtype | None:
     :class:`~lazynn.ArgumentError` naming ``where``."""
     if dtype is None:
         return None
-    found = dtype_named(dtype.removeprefix("torch.")) if isinstance(dtype, str) else dtype
+    found = dtype_named(dtype) if isinstance(dtype, str) else dtype
     if isinstance(found, torch.dtype) and found.is_floating_point:
         return found
     miss = near_miss(dtype.removeprefix("torch.")) if isinstance(dtype, str) else ""

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as torch_module
 
+from .._module.callers import distributed
 from .._module.tensors import own_tensors
 
 __all__ = ["Progress", "meta_numel"]
@@ -123,10 +124,7 @@ def meta_numel(model: nn.Module) -> int:
 
 def _rank() -> int:
     """This process's rank in the default group (0 outside a distributed job)."""
-    distributed = torch.distributed
-    if distributed.is_available() and distributed.is_initialized():
-        return distributed.get_rank()
-    return 0
+    return torch.distributed.get_rank() if distributed() else 0
 
 
 def _short(n: int) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "construct_checked",
     "describe_substitute",
     "forward_error",
+    "int_example",
     "read_sizes",
     "run_on_meta",
     "substitute_error",
@@ -62,6 +63,18 @@ def _tensor_of(value: Any) -> Any:
     return value.data if isinstance(value, PackedSequence) else value
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_example(value: int) -> str:
+    """Why an int example fails where a shape was meant, and the shape to write."""
+    return (
+        f"an example given to lazynn.build or summary as {value!r} reaches the forward as an "
+        f"int: a shape is a tuple, ({value},) or (4, {value})"
+    )
+
+
 def read_sizes(
     layer: nn.Module,
     specs: Mapping[str, Infer],
@@ -80,12 +93,7 @@ def read_sizes(
                     f"{spec.accepted()} (a tensor) to infer {name}",
                     describe(value),
                     "call the layer with a tensor"
-                    + (
-                        f" (an example given to lazynn.build or summary as {value!r} reaches "
-                        f"the forward as an int: a shape is a tuple, ({value},) or (4, {value}))"
-                        if isinstance(value, int) and not isinstance(value, bool)
-                        else ""
-                    ),
+                    + (f" ({int_example(value)})" if _is_int(value) else ""),
                     key=Fix.INPUT_TENSOR,
                 )
             )

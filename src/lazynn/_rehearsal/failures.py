@@ -21,6 +21,7 @@ from .._errors import (
     meta_limitation,
     shape_str,
 )
+from .._layer.inputs import int_example
 from .._module.tensors import shapes
 from .habits import TORCHINFO
 
@@ -101,10 +102,7 @@ def _fix_of(error: Exception, path: str, module: nn.Module, args: Any) -> tuple[
         return Fix.INPUT_ARGUMENTS, "give one example per argument of the model's forward"
     ints = [v for v in (args if isinstance(args, tuple) else ()) if _size(v)]
     if ints and not shapes(args):
-        return Fix.INPUT_SHAPES, (
-            f"an example given to lazynn.build or summary as {ints[0]!r} reaches the forward "
-            f"as an int: a shape is a tuple, ({ints[0]},) or (4, {ints[0]})"
-        )
+        return Fix.INPUT_SHAPES, int_example(ints[0])
     return Fix.INPUT_SHAPES, "check the example inputs' shapes and the layers before this one"
 
 

@@ -46,7 +46,7 @@ def dtype_named(name: str) -> torch.dtype | None:
     >>> dtype_named("half"), dtype_named("halff")
     (torch.float16, None)
     """
-    return _dtype_names().get(name)
+    return _dtype_names().get(name.removeprefix("torch."))
 
 
 def near_miss(name: str, names: list[str] | None = None) -> str:
