@@ -5,7 +5,7 @@ Doctests keep their globals until the process exits. doctest clears an example's
 dict when the example ends, but torch.compile installs names of its own in the globals of
 each frame it compiles (``__builtins_dict___N``, ``__resume_at_...``) and deletes them when
 the compiled function's code object is freed. For a function a doctest defines (a lambda
-compiled in src/lazynn/_registries.py, a model in docs/when-to-build.md) that is at
+compiled in src/lazynn/_module/registries.py, a model in docs/when-to-build.md) that is at
 interpreter exit, after pytest's summary, and the names are gone: dynamo's cleanup raises
 ``KeyError: '__builtins_dict___N'`` in a weakref callback, which Python prints as
 "Exception ignored in: ..." tracebacks below the summary (``torch.compiler.reset()`` at the

@@ -330,7 +330,7 @@ def main() -> None:
         f"(here: sympy {cold['sympy']:.2f} s, torch._dynamo {cold['torch._dynamo']:.2f} s on "
         "their own). lazynn's rehearsal answers the common functions and torch.nn layers by "
         "formula and its dispatch modes are not wrapped for dynamo, so a build or summary of a "
-        "model of torch.nn layers imports neither (tests/rehearsal/test_shapes.py); a model "
+        "model of torch.nn layers imports neither (tests/rehearsal/test_formulas.py); a model "
         "constructed under torch.device('meta') by the user still does (torch's own init).",
         "",
     ]

@@ -509,7 +509,7 @@ class _GPTForward(nn.Module):
 
 
 class GPT(_GPTForward):
-    """GPT-2-style decoder (pre-norm, learned positions, untied bias-free LM head).
+    """GPT-2-style decoder (pre-norm, trainable positions, untied bias-free LM head).
 
     Input: ``(N, T)`` token ids (long), ``T <= context``. Output: ``(N, T, vocab_size)``
     logits. Defaults are GPT-2 medium's; unlike GPT-2 the head is not tied to ``wte``, and the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: this folder: the test helpers (registry.py, real_models.py...) and golden/
+#: this folder: the test helpers (registry.py, real_models/...) and golden/
 TESTS = Path(__file__).resolve().parent
 #: the project's root
 ROOT = TESTS.parent

@@ -153,7 +153,7 @@ class Row:
     #: (tests/nn/test_sequence_layers.py)
     variants: tuple[Twin, ...] = ()
     #: lazy modules built on meta then materialized (or built at once) against eager
-    #: construction (tests/materialize/test_materialize.py): the layer, or a model whose first lazy
+    #: construction (tests/building/test_materialize.py): the layer, or a model whose first lazy
     #: layer
     #: it is (nn.TransformerEncoder of its copies, a Sequential of it and another)
     materialize: tuple[Twin, ...] = ()

@@ -10,9 +10,12 @@ against the code; docs/design.md's table lists exactly the wings. No module is o
 from __future__ import annotations
 
 import ast
+import importlib
+import io
 import re
 import shutil
 import subprocess
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -31,7 +34,6 @@ WINGS = [
     "_nn",
     "_rehearsal",
     "_build",
-    "_materialize",
     "_summary",
     "_cli",
     "__main__",
@@ -199,3 +201,141 @@ def test_ruff_reads_every_module_of_the_package() -> None:
     ).stdout.split()
     seen = {Path(line).resolve() for line in listed if line.endswith(".py")}
     assert {p.resolve() for p in PACKAGE.rglob("*.py")} <= seen
+
+
+# --- the names in words ---------------------------------------------------------------------
+
+#: the pages that name modules: the README, docs/, each wing's README, the tests' README
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *(PACKAGE / wing / "README.md" for wing in FOLDERS),
+    ROOT / "tests" / "README.md",
+]
+#: the folders of the repository a path written from its root starts with
+TOP = ("src", "tests", "docs", "examples", "benchmarks")
+#: files a page names that are no file of the repository (Sphinx's, in docs/api.md)
+NOT_OURS = {"conf.py"}
+#: every file name of the repository (a page outside the wings may name one bare)
+FILE_NAMES = {
+    p.name
+    for p in [*ROOT.iterdir(), *(q for top in TOP for q in (ROOT / top).rglob("*"))]
+    if p.is_file() and "__pycache__" not in p.parts
+}
+#: ``lazynn._module.state.Context``: a module of the package, then its attributes
+_DOTTED = re.compile(r"(?<![\w.])lazynn\._\w+(?:\.\w+)*")
+#: ``_build/queue.py``, ``tests/cli/``, ``../src/lazynn/_nn/README.md``: a path to a folder or
+#: a file (paths of other projects, ``torch/nn/init.py``, are not checked)
+_PATH = re.compile(r"(?<![\w/.-])((?:\.\.?/)*(?:[A-Za-z_][\w-]*/)+(?:[\w-]+\.(?:py|md)\b)?)")
+#: a code span: ``queue.py`` (a file of the wing that names it), ``_layer.infer.ambiguity``
+_SPAN = re.compile(r"`+([^`\s]+)`+")
+#: ``_mixin.py``: a module of the package named as in its flat layout, before the wings
+_FLAT = re.compile(r"(?<![\w/.-])(_[a-z]\w*\.py)\b")
+
+
+def _words(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of what a file says in words: a page, whole; a module's docstrings (and
+    other string statements) and comments."""
+    text = path.read_text()
+    if path.suffix == ".md":
+        return list(enumerate(text.splitlines(), 1))
+    lines = tokenize.generate_tokens(io.StringIO(text).readline)
+    found = [(token.start[0], token.string) for token in lines if token.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            said = node.value.value
+            if isinstance(said, str):
+                found += [(node.lineno + i, line) for i, line in enumerate(said.splitlines())]
+    return found
+
+
+def _exists(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of the package, or an attribute (to any depth) of one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(value, attr):
+                return False
+            value = getattr(value, attr)
+        return True
+    return False
+
+
+def _missing(path: Path) -> list[str]:
+    """The modules, files and folders ``path`` names in words that do not exist."""
+    inside = path.relative_to(PACKAGE).parts[0] if path.is_relative_to(PACKAGE) else None
+    wing = PACKAGE / inside if inside in FOLDERS else None
+    missing = []
+    for line, text in _words(path):
+        named = [m.group() for m in _DOTTED.finditer(text) if not _exists(m.group())]
+        for name in (m.group(1) for m in _PATH.finditer(text)):
+            first = name.split("/")[0]
+            if first in (".", ".."):
+                base = path.parent
+            elif first in TOP:
+                base = ROOT
+            elif first == "lazynn":
+                base = PACKAGE.parent
+            elif re.fullmatch(r"_[a-z]\w*", first):  # a wing: _build/queue.py
+                base = PACKAGE
+            else:
+                continue
+            target = base / name
+            if not (target.is_dir() if name.endswith("/") else target.is_file()):
+                named.append(name)
+        for span in (m.group(1).removesuffix("()") for m in _SPAN.finditer(text)):
+            if re.fullmatch(r"_[a-z]\w*(?:\.[A-Za-z_]\w*)+", span) and span[-3:] != ".py":
+                if not _exists(f"lazynn.{span}"):  # _layer.infer.ambiguity
+                    named.append(span)
+            elif re.fullmatch(r"[\w-]+\.py", span):  # a bare file name
+                if wing is not None:  # in a wing: one of its own, or a test
+                    found = (wing / span).is_file() or (
+                        span.startswith("test_") and span in FILE_NAMES
+                    )
+                else:
+                    found = span in FILE_NAMES or span in NOT_OURS
+                if not found:
+                    named.append(span)
+        named += [m.group(1) for m in _FLAT.finditer(text) if not (PACKAGE / m.group(1)).is_file()]
+        missing += [f"{path.relative_to(ROOT)}:{line}: {name}" for name in dict.fromkeys(named)]
+    return missing
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*PAGES, *sorted(PACKAGE.rglob("*.py"))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_every_module_a_page_or_a_comment_names_exists(path: Path) -> None:
+    """A module, file or folder named in the README, docs/, a wing's README, the tests'
+    README, or a docstring or comment of the package, by its dotted name
+    (``lazynn._module.state``), its path (``_build/queue.py``, ``tests/cli/``), or bare in a
+    code span (in a wing: one of the wing's own files), exists."""
+    missing = _missing(path)
+    assert not missing, "named, and missing:\n" + "\n".join(missing)
+
+
+# --- the tests' folders ------------------------------------------------------------------------
+
+#: each wing's tests: a folder named for the wing without its underscore, but ``building/`` for
+#: ``_build/`` (pytest skips folders named ``build``)
+TEST_FOLDERS = {wing: "building" if wing == "_build" else wing[1:] for wing in FOLDERS}
+#: the tests' folders that are no wing's (tests/README.md): what lazynn meets outside itself
+#: and the documentation, in its table; the helpers' published models and golden files
+NOT_WINGS = {"ecosystem": True, "docs": True, "real_models": False, "golden": False}
+
+
+def test_the_tests_have_a_folder_per_wing_and_no_other_but_the_few_named() -> None:
+    tests = ROOT / "tests"
+    folders = [p.name for p in tests.iterdir() if p.is_dir() and p.name[0] not in "._"]
+    assert sorted(folders) == sorted([*TEST_FOLDERS.values(), *NOT_WINGS])
+    table = re.findall(
+        r"^\| `(\w+)/` \| (?:`(_\w+)/`)? ?\|", (tests / "README.md").read_text(), re.M
+    )
+    wings = {folder: wing for wing, folder in TEST_FOLDERS.items()}
+    assert dict(table) == wings | {folder: "" for folder, listed in NOT_WINGS.items() if listed}
+    assert len(table) == len(dict(table))

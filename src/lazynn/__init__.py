@@ -40,6 +40,7 @@ from importlib.metadata import PackageNotFoundError as _NotInstalled
 from importlib.metadata import version as _version
 
 from ._build.build import build as build
+from ._build.materialize import materialize as materialize
 from ._build.on_build import OnBuildHandle as OnBuildHandle
 from ._build.on_build import on_build as on_build
 from ._errors import AmbiguousInputWarning as AmbiguousInputWarning
@@ -52,7 +53,6 @@ from ._errors import UnbuiltError as UnbuiltError
 from ._layer.infer import UNKNOWN as UNKNOWN
 from ._layer.infer import Infer as Infer
 from ._layer.lazy import lazy as lazy
-from ._materialize.materialize import materialize as materialize
 from ._module.mixin import LazyModuleMixin as LazyModuleMixin
 from ._module.placeholder import UninitializedBuffer as UninitializedBuffer
 from ._module.placeholder import UninitializedParameter as UninitializedParameter

@@ -402,7 +402,7 @@ def _steps(module: nn.Module) -> list[str]:
     """The path steps of ``module`` read off the call stack, outermost first."""
     parts: list[str] = []
     target = module
-    frame = sys._getframe(1)  # CPython frame access: only on the error path.
+    frame: FrameType | None = sys._getframe(1)  # CPython frame access: only on the error path.
     while frame is not None:
         owner = frame_locals(frame, ("self",)).get("self")
         if isinstance(owner, nn.Module) and owner is not target:
@@ -413,7 +413,7 @@ def _steps(module: nn.Module) -> list[str]:
                 if step:
                     parts.insert(0, step)
                 target = owner
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return parts
 
 
@@ -466,10 +466,17 @@ def torch_phrase(what: str) -> str:
 
 def with_note(error: Exception, note: str) -> Exception:
     """``error`` (a new one of its class) with ``note`` before its fix: ``"... received X.
-    Note: NOTE. Fix: ..."``."""
+    Note: NOTE. Fix: ..."``. Its parts (and so its fix key) and its other attributes (an
+    :class:`UnbuiltError`'s ``placeholder``) are kept: the way to add context to an error
+    on its way out, never ``type(error)(f"{error} ...")``, which keeps the text alone."""
     parts = getattr(error, "parts", None)
     if isinstance(parts, Parts):
-        return type(error)(dataclasses.replace(parts, notes=(*parts.notes, note)))
-    head, sep, fix = str(error).rpartition(" Fix: ")
-    head = (head if sep else str(error)).rstrip(".")
-    return type(error)(f"{head}. Note: {note}.{sep}{fix}")
+        noted = type(error)(dataclasses.replace(parts, notes=(*parts.notes, note)))
+    else:
+        head, sep, fix = str(error).rpartition(" Fix: ")
+        head = (head if sep else str(error)).rstrip(".")
+        noted = type(error)(f"{head}. Note: {note}.{sep}{fix}")
+    for name, value in vars(error).items():
+        if name != "parts":
+            setattr(noted, name, value)
+    return noted

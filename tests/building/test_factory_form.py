@@ -319,7 +319,7 @@ class _NoMetaForward(nn.Module):
 @pytest.mark.parametrize("door", ["build", "meta+materialize", "build(threads=2)"])
 def test_a_model_with_nothing_lazy_builds_without_an_example(door: str) -> None:
     """No example, no forward: the factory's construction recorded and replayed, with the
-    eager numbers and the generator's end (the exact deferred initialization of any model)."""
+    eager numbers and the generator's end (torchdistx's deferred_init, exact, for any model)."""
     torch.manual_seed(0)
     eager = _NoMetaForward()
     after = torch.rand(3)

@@ -1,4 +1,4 @@
-"""Real-shaped models, init code as published (tests/real_models.py): the lazy port equals the
+"""Real-shaped models, init code as published (tests/real_models/): the lazy port equals the
 eager model bit for bit, every tensor and the random generator, on every path to a built model.
 """
 

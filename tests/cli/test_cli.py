@@ -688,6 +688,45 @@ def test_fix_with_dtype_works(capsys: pytest.CaptureFixture[str], nets: Path) ->
     assert capsys.readouterr().err == ""
 
 
+PAIRS = """\
+from torch import nn
+
+import lazynn
+
+
+class Pairs(nn.Module):
+    \"\"\"Compares the two halves of its batch: runs at a batch of 2, fails at 3.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.fc = lazynn.LazyLinear(4)
+
+    def forward(self, x):
+        first, second = self.fc(x).unflatten(0, (2, -1))
+        return first - second
+"""
+
+
+def test_a_model_failing_at_a_free_batch_keeps_its_fix_key_and_the_command_gives_its_fix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The summary runs a free batch as numbers, and a failure at one says which: a note
+    added to the error's parts, whose fix key the command line still says with its flags."""
+    path = tmp_path / "pairs.py"
+    path.write_text(PAIRS)
+    pairs = runpy.run_path(str(path), run_name="pairs_test")["Pairs"]
+    for example in [(None, 5), lazynn.Spec(("N", 5))]:  # Keras's None, a named batch
+        with pytest.raises(lazynn.InferenceError, match="ran the symbolic batch") as info:
+            lazynn.summary(pairs(), example)
+        parts = info.value.parts
+        assert parts is not None
+        assert parts.key is Fix.INPUT_SHAPES
+        assert parts.notes[-1].startswith("lazynn.summary ran the symbolic batch")
+    code = main(["summary", f"{path}:Pairs", "--input", "Bx5"])
+    fix = "Fix: check the --input shapes"
+    assert_one_line_error(code, *capsys.readouterr(), "ran the symbolic batch 'B' as 3", fix)
+
+
 # --- the view and the run: --depth, --expand, --format, --width, --eval, --training ---------
 
 VIEWS = {
@@ -1226,7 +1265,7 @@ def test_a_keras_shape_on_the_command_line_is_refused_with_the_batch_named(
 
 
 def test_a_group_of_one_dimensional_inputs_with_dtypes_is_a_tuple_argument() -> None:
-    from lazynn._cli.shapes import parse_input
+    from lazynn._cli.input_flags import parse_input
 
     value = parse_input("(2:float32, 5:float32)").value
     assert value == (lazynn.Spec((2,), torch.float32), lazynn.Spec((5,), torch.float32))

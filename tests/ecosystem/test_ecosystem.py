@@ -2,7 +2,7 @@
 
 torch.compile (dynamo's lazy-module protocol), TorchScript and DataParallel's replication
 refuse or build an unbuilt lazynn model the way they do torch's own lazy modules
-(DistributedDataParallel and FSDP2: tests/materialize/test_distributed.py).
+(DistributedDataParallel and FSDP2: tests/building/test_distributed.py).
 ``torch.func.functional_call``,
 direct ``.forward()`` calls, input-reshaping forward pre-hooks and ``torch.func.grad`` as the
 first call either build the module correctly or fail with a clear lazynn error that leaves it
@@ -135,7 +135,7 @@ def test_compile_fullgraph_of_a_bare_lazy_layer() -> None:
     assert_same_module(layer, eager)
 
 
-# --- DistributedDataParallel: tests/materialize/test_distributed.py (2 gloo ranks) ----------------
+# --- DistributedDataParallel: tests/building/test_distributed.py (2 gloo ranks) ----------------
 
 
 # --- TorchScript ------------------------------------------------------------------------------

@@ -364,7 +364,7 @@ def test_functorch_interpreter_stack_query_exists() -> None:
 
 
 def test_trunc_normal_asks_is_meta_first_from_its_helper() -> None:
-    """_deferred keeps nn.init.trunc_normal_ on a placeholder when torch's helper
+    """_module/kept.py keeps nn.init.trunc_normal_ on a placeholder when torch's helper
     _no_grad_trunc_normal_ asks the tensor's is_meta (and returns at once for meta)."""
     helper = torch.nn.init._no_grad_trunc_normal_  # type: ignore[attr-defined]
     source = inspect.getsource(helper)
@@ -405,7 +405,8 @@ def test_load_state_dict_pre_hooks_are_an_ordered_dict_run_by_nn_modules_load() 
 
 
 def test_dynamos_graph_break_takes_lazynns_words() -> None:
-    """_refusals.compile_refusal raises through torch._dynamo.exc.unimplemented (private)."""
+    """_module/refusals.py's compile_refusal raises through torch._dynamo.exc.unimplemented
+    (private)."""
     from torch._dynamo.exc import Unsupported, unimplemented
 
     parameters = inspect.signature(unimplemented).parameters
@@ -416,8 +417,9 @@ def test_dynamos_graph_break_takes_lazynns_words() -> None:
 
 
 def test_the_rehearsals_device_mode_is_torchs_device_context() -> None:
-    """_meta_device.MetaDevice subclasses torch's DeviceContext: made tensors are meta (even
-    inside another device context), the mode stack is left as it was, draws are noticed."""
+    """_rehearsal/meta_device.py's MetaDevice subclasses torch's DeviceContext: made tensors are
+    meta (even inside another device context), the mode stack is left as it was, draws are
+    noticed."""
     from lazynn._rehearsal.meta_device import MetaDevice
 
     with torch.device("cpu"):

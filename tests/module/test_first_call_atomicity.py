@@ -14,7 +14,7 @@ Covers the review fixes around the first call:
   (``_lazynn_build``);
 * placeholders answer ``.type()``, ``state_dict(keep_vars=True)`` does not mark live
   placeholders, and an unbuilt checkpoint loaded into a built layer names its entry
-  (``_placeholder``, ``_save_to_state_dict``);
+  (``_module/placeholder.py``, ``_save_to_state_dict``);
 * ``torch.compile(dynamic=True)`` builds a nested model, and errors raised under
   ``torch.compile`` name the user's path, not ``_orig_mod`` (``module_path``).
 """

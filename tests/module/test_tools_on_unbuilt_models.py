@@ -1,4 +1,4 @@
-"""Deferred transforms: what users do right after constructing a model, on an unbuilt one.
+"""Transforms before the build: what users do right after constructing a model, on an unbuilt one.
 
 Each either works through lazynn.on_build (run as soon as the module is built, in the order
 queued, with the numbers an eager model gets) or raises lazynn's UnbuiltError naming the fix,

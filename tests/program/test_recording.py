@@ -3,8 +3,8 @@ meta, then replayed, gives the eager values and leaves the generator where eager
 values the code reads are computed for real; a block of a tensor replays as the block of
 the whole; the recorder's mark sees a reseed and leaves another thread's draws alone.
 
-Every door that runs programs is tested through lazynn's API in tests/building/ and
-tests/materialize/; these pin the mechanism's own contracts.
+Every door that runs programs is tested through lazynn's API in tests/building/; these pin
+the mechanism's own contracts.
 """
 
 from __future__ import annotations

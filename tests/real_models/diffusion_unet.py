@@ -404,7 +404,7 @@ class UNetModel(nn.Module):
         return self.out(h)
 
 
-# --- the model's entry for tests/real_models.py ---------------------------------------------------
+# --- the model's entry for tests/real_models/table.py ---------------------------------------------
 def make(kit: Kit) -> nn.Module:
     return UNetModel(
         kit,

@@ -108,7 +108,7 @@ class Sequence(nn.Module):
 
 
 class Bags(nn.Module):
-    """An EmbeddingBag of token ids (each weighted by a learnt weight of its own, for
+    """An EmbeddingBag of token ids (each weighted by a trainable weight of its own, for
     ``per_sample_weights``) and a lazy head."""
 
     def __init__(

@@ -23,8 +23,8 @@ from .._errors import (
 from .._layer.base import LazyLayer
 from .._layer.infer import CLASS_KEY
 from .._module.callers import user_stacklevel
-from .._module.deferred import Init
-from .._module.deferred import run as run_inits
+from .._module.kept import Init
+from .._module.kept import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
 from .._module.placeholder import relocate
 from .._module.snapshot import atomic
@@ -43,7 +43,7 @@ from .._rehearsal.learnt import Rehearsal, TensorInfo
 from .progress import Progress
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_on_meta, run_ready
-from .replay import Plan, plan, scratch_init
+from .reinit_plan import Plan, plan, scratch_init
 
 __all__ = ["allocate"]
 
@@ -89,8 +89,8 @@ class _Allocation:
         self.shared: dict[int, torch.Tensor] = {}
         #: ids of the tensors of the modules visited so far (a tensor seen again is a tie)
         self.earlier: set[int] = set()
-        #: initializations written on the placeholders, with the built tensors (``_deferred``),
-        #: not run yet; and the tensor each one ran on
+        #: initializations written on the placeholders (``_module/kept.py``), with the built
+        #: tensors, not run yet; and the tensor each one ran on
         self.inits: list[tuple[Init, torch.Tensor]] = []
         self.inits_done: dict[int, torch.Tensor] = {}
         #: functions queued with on_build in the model, by module, not run yet
@@ -175,7 +175,7 @@ class _Allocation:
             enclosing.sizes[id(module)] = dict(sizes)  # (as if that forward's call had)
         if source is not None:
             copy_values(source, module)
-        self.inits += pending  # (run once every layer is built: _allocate)
+        self.inits += pending  # (run once every layer is built: _allocate_in_order)
         self.bar.advance(sum(t.numel() for t in module.parameters()))
 
     def other_lazy(self, module: nn.Module) -> None:

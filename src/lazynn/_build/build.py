@@ -1,9 +1,10 @@
 """build(): whole-model shape inference on meta, then one allocation.
 
-``build(model, *examples)`` runs the model once on meta tensors (``_rehearse``) to learn every
-lazy layer's sizes, then allocates each layer once, in *construction order* (the order of
-``model.modules()``), so that initialization draws the random numbers an eager model's
-construction draws: under one seed, ``build(LazyNet(), x)`` equals ``EagerNet()`` bit for bit.
+``build(model, *examples)`` runs the model once on meta tensors (``_rehearsal/rehearse.py``)
+to learn every lazy layer's sizes, then allocates each layer once, in *construction order*
+(the order of ``model.modules()``), so that initialization draws the random numbers an eager
+model's construction draws: under one seed, ``build(LazyNet(), x)`` equals ``EagerNet()`` bit
+for bit.
 
 For a model that mixes eager and lazy layers, the eager layers constructed after the first
 lazy one drew their numbers at construction from the wrong place in the stream; ``build``

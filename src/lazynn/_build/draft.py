@@ -17,8 +17,8 @@ in a first run, so the run is made again with the sizes learnt so far standing i
 ...         self.fc2 = nn.Linear(self.fc1.in_features, 8)  # a size the input decides
 ...     def forward(self, x):
 ...         return self.fc1(x).sum() + self.fc2(x)
->>> def attempt(model, learned):
-...     return rehearse(model, (torch.randn(2, 5),), {}, learned=learned)
+>>> def attempt(model, learnt):
+...     return rehearse(model, (torch.randn(2, 5),), {}, learnt=learnt)
 >>> found = drafted(Net, "example", attempt)
 >>> found.model.fc2.weight.shape, found.sizes
 (torch.Size([8, 5]), {0: {'in_features': 5}})
@@ -50,7 +50,7 @@ from .._errors import (
     with_note,
 )
 from .._layer.base import LazyLayer
-from .._module.deferred import PROBE
+from .._module.kept import PROBE
 from .._module.lifecycle import finish, is_lazy_module, own_modes
 from .._module.snapshot import OtherRandom
 from .._module.state import Constructing, Drafting, Entry, context, find_state
@@ -309,8 +309,8 @@ def drafted(
     attempt: Callable[[nn.Module, dict[nn.Module, dict[str, Any]]], T],
     known: dict[int, dict[str, Any]] | None = None,
 ) -> Drafted[T]:
-    """``attempt(model, learned)`` (a rehearsal, which puts the sizes each lazy layer read
-    into ``learned``) on the factory's first run (laid out with ``known``), ties prebuilt. A
+    """``attempt(model, learnt)`` (a rehearsal, which puts the sizes each lazy layer read
+    into ``learnt``) on the factory's first run (laid out with ``known``), ties prebuilt. A
     rehearsal that fails after a layer learnt its sizes is made again on a run with those
     sizes, until one goes through or learns nothing new (its error is the first run's)."""
     known = dict(known or {})
@@ -318,36 +318,36 @@ def drafted(
     for _ in range(MAX_DRAFTS):
         model, drafting = draft(factory, where, known)
         _prebuild_ties(model, drafting)
-        learned: dict[nn.Module, dict[str, Any]] = {}
+        learnt: dict[nn.Module, dict[str, Any]] = {}
         try:
-            result = attempt(model, learned)
+            result = attempt(model, learnt)
         except InferenceError as error:
             if first is None:
-                note = _stand_in_note(error, model, learned)
+                note = _stand_in_note(error, model, learnt)
                 first = error if note is None else with_note(error, note)
-            new = {i: s for i, s in _numbered(learned).items() if known.get(i) != s}
+            new = {i: s for i, s in _numbered(learnt).items() if known.get(i) != s}
             if not new:
                 if first is error:
                     raise
                 raise first from error.__cause__  # (the first run's: the retries learnt nothing)
             known.update(new)
             continue
-        return Drafted(result, model, drafting, _numbered(learned))
+        return Drafted(result, model, drafting, _numbered(learnt))
     assert first is not None
     raise first
 
 
-def _numbered(learned: dict[nn.Module, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def _numbered(learnt: dict[nn.Module, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The sizes learnt, by the number of the layer the run constructed."""
     return {
         state.index: dict(sizes)
-        for layer, sizes in learned.items()
+        for layer, sizes in learnt.items()
         if (state := find_state(layer)) is not None and state.index >= 0
     }
 
 
 def _stand_in_note(
-    error: InferenceError, model: nn.Module, learned: dict[nn.Module, dict[str, Any]]
+    error: InferenceError, model: nn.Module, learnt: dict[nn.Module, dict[str, Any]]
 ) -> str | None:
     """Why an eager module of a factory's first run may have failed: a dimension equal to the
     stand-in size of a lazy layer the forward had not called yet (``nn.Linear(
@@ -363,7 +363,7 @@ def _stand_in_note(
         state = find_state(layer)
         if not isinstance(layer, LazyLayer) or state is None or state.index < 0:
             continue
-        if layer in learned:
+        if layer in learnt:
             continue
         stand_ins = {
             name: spec.probe_value(state.kwargs) for name, spec in layer._lazynn_specs().items()

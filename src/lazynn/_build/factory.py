@@ -39,7 +39,7 @@ from torch import nn
 from .._errors import InferenceError, LazynnError, message, with_note
 from .._layer.base import LazyLayer
 from .._module.callers import user_stacklevel
-from .._module.deferred import run as run_inits
+from .._module.kept import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
 from .._module.snapshot import OtherRandom, RandomState, atomic
 from .._module.state import BUILD_LOCK, Constructing, Entry, find_state
@@ -115,7 +115,7 @@ def learn(
     (torch's, custom mixins), by path. ``reach``: refuse examples that leave a lazy layer
     uncalled (a summary shows it unreached instead). ``where`` names the caller in errors."""
 
-    def attempt(model: nn.Module, learned: dict[nn.Module, dict[str, Any]]) -> Rehearsal:
+    def attempt(model: nn.Module, learnt: dict[nn.Module, dict[str, Any]]) -> Rehearsal:
         if not examples and not kw_examples:
             lazy = [p for p, m in model.named_modules() if is_lazy_module(m)]
             if not lazy:
@@ -136,9 +136,9 @@ def learn(
                 )
             )
         if any(map(is_lazy_module, model.modules())):
-            return rehearse(model, examples, kw_examples, learned=learned)
+            return rehearse(model, examples, kw_examples, learnt=learnt)
         try:
-            return rehearse(model, examples, kw_examples, learned=learned)
+            return rehearse(model, examples, kw_examples, learnt=learnt)
         except InferenceError as error:  # (a forward nothing needed: say so)
             note = (
                 "nothing in this model is lazy, so no forward is needed: "

@@ -189,8 +189,9 @@ def _compiled_first_call(module: nn.Module, args: Any, kwargs: Any = None) -> No
 @queue_hook
 def _before_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if torch.compiler.is_compiling() or not has_queue(module):
-        # (under torch.compile, dynamo builds layer by layer as it traces, and the build of
-        # the last layer the queue waits for runs it: _mixin, _queue.run_waiting)
+        # (under torch.compile, dynamo builds layer by layer as it traces: a compiled model
+        # ran the queue at its first call, before tracing, see above; else the queue waits,
+        # and _module/mixin.py warns: refusals.warn_compiled_queue)
         return
     untraced(_build_and_run)(module, args, kwargs)
 
@@ -224,7 +225,7 @@ def _running_here(module: nn.Module) -> bool:
     if not scopes:
         return False
     inside = {id(m) for m in module.modules()}
-    return any(id(s) in inside or any(m is module for m in s.modules()) for s in scopes)  # type: ignore[attr-defined]
+    return any(id(s) in inside or any(m is module for m in s.modules()) for s in scopes)
 
 
 def _kind(value: Any) -> Any:

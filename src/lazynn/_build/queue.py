@@ -3,7 +3,7 @@
 The queue lives in the module's ``__dict__`` (:data:`KEY`, a frozen :class:`Queue`; a
 ``deepcopy`` carries it, nothing global holds the module), ordered by a process-wide counter.
 :func:`run_ready` runs what is due, atomically; ``build``, ``materialize`` and the hooks of
-``lazynn.on_build`` (``_on_build``) call it. This module holds no hook of its own and imports
+``lazynn.on_build`` (``on_build.py``) call it. This module holds no hook of its own and imports
 no builder, so every builder can import it.
 
 >>> import torch
@@ -186,7 +186,7 @@ def _drop(module: nn.Module) -> None:
     """The queue is done: take it off the module, and its hooks."""
     module.__dict__.pop(KEY, None)
     WAITING.discard(module)
-    if module.__dict__.get("_initialize_hook") is True:  # (dynamo's protocol, _on_build)
+    if module.__dict__.get("_initialize_hook") is True:  # (dynamo's protocol, on_build.py)
         del module.__dict__["_initialize_hook"]
         module.__dict__.pop("_infer_parameters", None)
     # (nn.Module's hook dicts: the handles would point at another module's dicts after a

@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-# torch's own key for "the same storage" (see _memory.py)
+# torch's own key for "the same storage" (see _summary/memory.py)
 from torch.multiprocessing.reductions import StorageWeakRef
 
 # TorchDispatchMode lives in a private module, but it is the documented way to write a mode
-# ("Extending PyTorch"); tests/materialize/test_materialize.py exercises it.
+# ("Extending PyTorch"); tests/building/test_materialize.py exercises it.
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["Writes"]
@@ -93,13 +93,15 @@ class Writes(TorchDispatchMode):
     def _note(self, tensor: torch.Tensor) -> None:
         local = getattr(tensor, "_local_tensor", tensor)
         key = _key(tensor)
-        if self.storages.get(key, []) is None:
+        partial = self.storages.get(key, [])
+        if partial is None:  # (written whole already)
             return
         where = (tuple(local.shape), tuple(local.stride()), int(local.storage_offset()))
         if _whole(local, where):
             self.storages[key] = None
         else:
-            self.storages.setdefault(key, []).append(where)  # type: ignore[union-attr]
+            partial.append(where)
+            self.storages[key] = partial
 
     def wrote(self, tensor: torch.Tensor) -> bool:
         """Whether ops set every element of ``tensor`` while the mode was active."""

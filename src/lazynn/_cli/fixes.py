@@ -22,7 +22,7 @@ from .._errors import ArgumentError, Fix, LazynnError
 from .._module.callers import LAZYNN_FOLDER, is_users
 from .._rehearsal.spec import dtype_named
 from .._summary.report import dtype_name
-from .shapes import MODEL_DTYPES
+from .input_flags import MODEL_DTYPES
 from .targets import CommandError
 
 __all__ = ["cli_line", "one_line", "user_frame", "user_line"]

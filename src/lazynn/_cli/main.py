@@ -35,7 +35,7 @@ from .._summary.summary import summary
 from .._summary.table import terminal_width
 from .fixes import cli_line, one_line, user_line
 from .images import IMAGES, check_image, draw
-from .shapes import check_bytes, model_dtype, parse_input
+from .input_flags import check_bytes, model_dtype, parse_input
 from .targets import CommandError, construct, load_factory, parse_target
 
 __all__ = ["console", "main"]
@@ -70,9 +70,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmd = _summary_command(commands, parser.prog)
+    _view_options(cmd)
+    _run_options(cmd)
+    return parser
+
+
+def _summary_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], prog: str
+) -> argparse.ArgumentParser:
+    """The summary command: what it does, its examples, TARGET, --input, --dtype and
+    --traceback (its view and its run: :func:`_view_options`, :func:`_run_options`)."""
     cmd = commands.add_parser(
         "summary",
-        prog=f"{parser.prog} summary",
+        prog=f"{prog} summary",
         help="print a model's layers, shapes and parameter counts, computed on meta",
         description="Print the summary table of a model built from example input shapes.\n"
         "Nothing is allocated: the model is constructed and run on the meta device.",
@@ -122,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
         help="on an error, print the full traceback (the original exception, then what "
         "lazynn made of it) before the one-line message",
     )
+    return cmd
+
+
+def _view_options(cmd: argparse.ArgumentParser) -> None:
+    """What the summary shows: --depth, --expand, --format, --width."""
     view = cmd.add_argument_group("the view")
     view.add_argument(
         "--depth",
@@ -157,6 +173,10 @@ def _parser() -> argparse.ArgumentParser:
         "names, each column keeping 12, and a note says what was cut; default: the "
         "terminal's width, at least 80, or 100 when not printing to a terminal; 0: no limit)",
     )
+
+
+def _run_options(cmd: argparse.ArgumentParser) -> None:
+    """How the example runs: --eval, --training, --optimizer."""
     run = cmd.add_argument_group("the run")
     run.add_argument(
         "--eval",
@@ -178,7 +198,6 @@ def _parser() -> argparse.ArgumentParser:
         + " (default: adamw; not lbfgs, which needs a closure, nor sparseadam, which needs "
         "sparse gradients); implies --training",
     )
-    return parser
 
 
 def _count(least: int) -> Callable[[str], int]:

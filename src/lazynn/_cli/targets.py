@@ -278,7 +278,7 @@ def load_factory(target: Target) -> Callable[..., Any]:
     else:
         namespace, module_name = _import_module(target.source)
     head, *rest = target.name.split(".")
-    factory = namespace.get(head)
+    factory: object = namespace.get(head)
     if head in namespace and not _own(factory, module_name):
         raise _imported(target, factory, namespace, module_name)
     dunder = [a for a in rest if a.startswith("__") and a.endswith("__")]
@@ -290,7 +290,7 @@ def load_factory(target: Target) -> Callable[..., Any]:
     for attribute in rest:
         factory = getattr(factory, attribute, None)
     if callable(factory):
-        return factory  # type: ignore[no-any-return]
+        return factory
     close = difflib.get_close_matches(head, _defined(namespace, module_name), n=1)
     hint = f"did you mean {close[0]!r}? " if close and not rest else ""
     raise CommandError(
@@ -299,7 +299,7 @@ def load_factory(target: Target) -> Callable[..., Any]:
     )
 
 
-def construct(target: Target, factory: Callable[..., Any]) -> Callable[[], nn.Module]:
+def construct(target: Target, factory: Callable[..., nn.Module]) -> Callable[[], nn.Module]:
     """The factory with TARGET's arguments, called with none (``lazynn.summary`` runs it as
     ``lazynn.build``'s factory form does: its ``__init__`` code runs with every size known);
     an exception it raises becomes the command's error, naming the call."""
@@ -308,7 +308,7 @@ def construct(target: Target, factory: Callable[..., Any]) -> Callable[[], nn.Mo
 
     def made() -> nn.Module:
         try:
-            return factory(*target.args, **kwargs)  # type: ignore[no-any-return]
+            return factory(*target.args, **kwargs)
         except LazynnError:
             raise
         except Exception as error:

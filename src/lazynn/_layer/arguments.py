@@ -205,12 +205,12 @@ def _positional(cls: type) -> list[inspect.Parameter]:
     ]
 
 
-def _parameters(cls: type) -> tuple[inspect.Parameter, ...]:
+def _parameters(cls: type[object]) -> tuple[inspect.Parameter, ...]:
     """The parameters of ``cls``'s constructor after ``self`` (none if it has no signature)."""
     known = _PARAMETERS.get(cls)
     if known is None:
         try:
-            signature = inspect.signature(cls.__init__)  # type: ignore[misc]
+            signature = inspect.signature(cls.__init__)
             known = tuple(list(signature.parameters.values())[1:])
         except (TypeError, ValueError):
             known = ()

@@ -41,7 +41,7 @@ from .._errors import (
     module_path,
 )
 from .._module.callers import under_dynamo, untraced
-from .._module.deferred import run as run_inits
+from .._module.kept import run as run_inits
 from .._module.lifecycle import (
     finish,
     in_build,
@@ -120,7 +120,7 @@ class LazyLayer(LazyModuleMixin):
     # --- construction ---------------------------------------------------------------------
     def _lazynn_setup(self, **kwargs: Any) -> None:
         """Lay out the layer: run the eager ``__init__`` on meta, then swap in placeholders
-        (in a factory's run, see ``_layout``). Arguments that contradict the eager signature
+        (in a factory's run, see ``layout.py``). Arguments that contradict the eager signature
         (a half-ported line, ``LazyLinear(768, 3072)``) are refused first."""
         specs = self._lazynn_specs() if "_lazynn" in self.__dict__ else self.inferred
         untraced(check_arguments)(type(self), self.cls_to_become, kwargs, tuple(specs))
@@ -181,7 +181,7 @@ class LazyLayer(LazyModuleMixin):
         lazy_state(new).placeholders = {
             key: installed[key] for key in self._lazynn.placeholders if key in installed
         }
-        return new  # type: ignore[return-value]
+        return new
 
     # --- building from inputs -------------------------------------------------------------
     def _lazynn_specs(self) -> Mapping[str, Infer]:
@@ -191,7 +191,7 @@ class LazyLayer(LazyModuleMixin):
 
     def _lazynn_read_sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The inferred sizes a call's inputs give (recorded for a rehearsal in progress)."""
-        names = forward_names(self.cls_to_become)  # type: ignore[arg-type]
+        names = forward_names(self.cls_to_become)
         specs = self._lazynn_specs()
         sizes = read_sizes(self, specs, names, args, kwargs)
         note = next(
@@ -228,7 +228,7 @@ class LazyLayer(LazyModuleMixin):
         check_input(
             self,
             self._lazynn_specs(),
-            forward_names(self.cls_to_become),  # type: ignore[arg-type]
+            forward_names(self.cls_to_become),
             (
                 t
                 for k, t in (self._lazynn_slots() if placed is None else placed)
@@ -340,7 +340,7 @@ class LazyLayer(LazyModuleMixin):
         then each tensor is converted to its placeholder's dtype and device (as moved since).
         ``device`` / ``dtype`` construct it there directly instead (``lazynn.build``);
         ``source`` is an already constructed eager layer to take the tensors from. Returns
-        the initializations written on its placeholders (``_deferred``), each with the built
+        the initializations written on its placeholders (``_module/kept.py``), each with the built
         tensor, for the caller to run: after this layer (a first call), after every layer
         (``lazynn.build``), or not at all (a checkpoint that holds them).
         """
@@ -494,7 +494,7 @@ class LazyLayer(LazyModuleMixin):
     def _lazynn_solve_sizes(
         self, found: Mapping[tuple[str, str], torch.Size], where: str, prefix: str
     ) -> dict[str, Any]:
-        """Solve each inferred size from checkpoint shapes (see ``_checkpoint``)."""
+        """Solve each inferred size from checkpoint shapes (see ``checkpoint.py``)."""
         specs = self._lazynn_specs()
         base = {name: spec.probe_value(self._lazynn.kwargs) for name, spec in specs.items()}
         return solve_sizes(base, self._lazynn_shapes, found, where, prefix)

@@ -225,13 +225,6 @@ class WithAliases(Mapping[str, Any]):
                 return self._entries[other]
         raise KeyError(key)
 
-    def __contains__(self, key: object) -> bool:
-        try:
-            self[key]  # type: ignore[index]
-        except KeyError:
-            return False
-        return True
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 

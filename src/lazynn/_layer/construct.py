@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -74,7 +74,17 @@ def parameter_device(default: torch.device) -> torch.device:
     return placed.device if placed is not None else default
 
 
-@functools.cache
+_T = TypeVar("_T")
+
+
+def _per_class(fn: Callable[[type[nn.Module]], _T]) -> Callable[[type[nn.Module]], _T]:
+    """``functools.cache`` for a function of a module class. (The cast: a class is hashable,
+    but mypy does not see ``type[nn.Module]`` as ``Hashable``, which the cache's own
+    ``__call__`` asks of its arguments.)"""
+    return cast(Callable[[type[nn.Module]], _T], functools.cache(fn))
+
+
+@_per_class
 def _takes_factory_kwargs(cls: type[nn.Module]) -> bool:
     """Whether ``cls(...)`` accepts ``device=`` and ``dtype=`` (every torch.nn layer does)."""
     params = inspect.signature(cls.__init__).parameters
@@ -272,7 +282,7 @@ def construct(
     """``cls(**kwargs)`` constructed for real on ``device`` (no layout kept), or its
     ``__init__`` run on ``into``."""
     init: Any = cls.__init__
-    if _takes_factory_kwargs(cls):  # type: ignore[arg-type]
+    if _takes_factory_kwargs(cls):
         full = {**kwargs, "device": device, "dtype": dtype}
         if into is not None:
             init(into, **full)
@@ -343,7 +353,7 @@ def key_text(key: Slot) -> str:
     return f"{path}.{name}" if path else name
 
 
-@functools.cache
+@_per_class
 def forward_names(cls: type[nn.Module]) -> list[str]:
     """The names of ``cls.forward``'s arguments, without ``self``."""
     return list(inspect.signature(cls.forward).parameters)[1:]

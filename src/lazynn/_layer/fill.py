@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from .._errors import InferenceError, message, module_path
-from .._module.deferred import SELF, Init, inits_of
+from .._module.kept import SELF, Init, inits_of
 from .._module.placeholder import fill, hooks_materialize
-from .._module.tensors import is_placeholder, raw
+from .._module.tensors import Placeholder, is_placeholder, raw
 from .._program.record import recording
 from .construct import MODULE_KEYS, Slot, by_path, key_text
 from .inputs import substitute_error
@@ -44,7 +44,7 @@ __all__ = [
     "take_settings",
 ]
 
-#: initializations written on placeholders, each with the tensor it fills (``_deferred``)
+#: initializations written on placeholders, each with the tensor it fills (``_module/kept.py``)
 Pending = list[tuple[Init, torch.Tensor]]
 
 #: a placeholder's attribute: the tensor a build put in its place on another device type
@@ -57,7 +57,7 @@ class Move:
 
     module: nn.Module
     name: str
-    tensor: torch.Tensor
+    tensor: Placeholder
     value: torch.Tensor
     #: the dtype it takes after its kept initializations have run, or None
     later: torch.dtype | None = None
@@ -155,7 +155,7 @@ def commit(moves: list[Move]) -> Pending:
             fill(tensor, value)  # in place: an optimizer holding it trains it
             value = tensor
         else:  # a tensor cannot change device type in place (as eager `.to("meta")`)
-            kind = type(tensor).cls_to_become  # type: ignore[attr-defined]
+            kind = type(tensor).cls_to_become
             new = nn.Parameter(value, tensor.requires_grad) if kind is nn.Parameter else value
             tensor.__dict__[REPLACED] = value = new  # (a snapshot takes it back)
             if store.get(name) is tensor:  # (a slot tied to a built tensor keeps it)
@@ -185,7 +185,7 @@ def materialize_each(
         like = getattr(modules[prefix], name)
         pending += [(init, tensor) for init in inits_of(tensor)]  # (before it is built)
         kind = dtype if dtype is not None and like.is_floating_point() else None
-        tensor.materialize(tuple(like.shape), device=device, dtype=kind)  # type: ignore[attr-defined]
+        tensor.materialize(tuple(like.shape), device=device, dtype=kind)
         changed = changed or tuple(tensor.shape) != tuple(like.shape)
     return pending, changed
 

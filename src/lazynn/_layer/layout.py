@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from .._errors import LazynnError, message
-from .._module.deferred import PROBE
+from .._module.kept import PROBE
 from .._module.lifecycle import attach, own_work
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
 from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction

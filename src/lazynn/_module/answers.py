@@ -1,7 +1,7 @@
 """What a placeholder answers without a shape: the tensor attributes, methods and conversions
 its ``__torch_function__`` (``placeholder.py``) lets through, and the copies it answers as
 torch does. Everything else that reaches it needs data or a shape, and is refused (or, written
-on it, kept for the build: ``deferred.py``).
+on it, kept for the build: ``kept.py``).
 
 >>> import torch
 >>> torch.Tensor.to in CONVERSIONS, torch.Tensor.add in ALLOWED_METHODS
@@ -10,6 +10,7 @@ on it, kept for the build: ``deferred.py``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -82,10 +83,13 @@ CONVERSIONS: frozenset[Callable[..., Any]] = frozenset(
 #: copies: of a placeholder's ``.data``, torch's empty tensor (see ``__torch_function__``)
 CLONES: frozenset[Callable[..., Any]] = frozenset({torch.Tensor.clone, torch.clone})
 
+#: the ``requires_grad`` descriptor (torch's stub types the attribute as a bool)
+_REQUIRES_GRAD: Any = inspect.getattr_static(torch.Tensor, "requires_grad")
+
 #: what a placeholder answers itself even in a factory's first run: moves (a new placeholder),
 #: ``requires_grad``
 NATIVE = CONVERSIONS | {
     torch.Tensor.requires_grad_,
-    torch.Tensor.requires_grad.__get__,  # type: ignore[attr-defined]
-    torch.Tensor.requires_grad.__set__,  # type: ignore[attr-defined]
+    _REQUIRES_GRAD.__get__,
+    _REQUIRES_GRAD.__set__,
 }

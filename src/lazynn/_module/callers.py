@@ -1,4 +1,4 @@
-"""Which torch tool is asking an unbuilt placeholder (the refusals are ``_refusals``).
+"""Which torch tool is asking an unbuilt placeholder (the refusals are ``refusals.py``).
 
 ``DistributedDataParallel(model)`` and ``fully_shard(model)`` cannot take an unbuilt model:
 every rank must hold the built parameters before the wrapper registers, shards or broadcasts
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: wrapper -> (function name, file path suffix, the local naming the module) of the frame that
-#: constructs it. These are torch internals: tests/materialize/test_distributed.py (DDP,
+#: constructs it. These are torch internals: tests/building/test_distributed.py (DDP,
 #: fully_shard) and
 #: tests/ecosystem/test_compile.py (torch.jit.trace) check that each refusal still fires.
 _WRAPPERS = {
@@ -325,14 +325,14 @@ def under_dynamo() -> bool:
 def scripted_path(module: nn.Module) -> str | None:
     """The path of ``module`` in the model ``torch.jit.script`` was given (read off its
     frames, whose ``obj`` is that model; error path only), or None."""
-    frame = sys._getframe(1)  # CPython frame access: only on the error path
+    frame: FrameType | None = sys._getframe(1)  # CPython frame access: only on the error path
     root = None
     while frame is not None:
         if frame.f_code.co_filename.endswith(os.path.join("jit", "_script.py")):
             obj = frame_locals(frame, ("obj",)).get("obj")
             if isinstance(obj, nn.Module):
                 root = obj  # the outermost one is the user's model
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if root is None:
         return None
     if root is module:

@@ -53,8 +53,8 @@ __all__ = [
 
 
 def rehearsing() -> bool:
-    """Whether this thread is inside a meta rehearsal (see ``_rehearse``): a failure there
-    costs nothing (the model is restored), so layers skip their own meta check."""
+    """Whether this thread is inside a meta rehearsal (see ``_rehearsal/rehearse.py``): a
+    failure there costs nothing (the model is restored), so layers skip their own meta check."""
     return context().rehearsal is not None
 
 
@@ -101,9 +101,9 @@ def _left(ours: list[object]) -> Iterator[None]:
 def warn_built(text: str | Warning, stacklevel: int = 2) -> None:
     """Warn about a build (a text: a UserWarning; or a warning of its own category); inside
     a first call, once its forward has succeeded."""
-    deferred = context().deferred
-    if deferred is not None:
-        deferred.append(text)
+    held = context().held_warnings
+    if held is not None:
+        held.append(text)
     else:
         warnings.warn(text, stacklevel=stacklevel + 1)
 

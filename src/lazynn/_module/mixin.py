@@ -22,7 +22,7 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -69,6 +69,8 @@ from .state import (
 from .tensors import is_placeholder, own_slots, own_tensors
 
 __all__ = ["LazyModuleMixin"]
+
+_Lazy = TypeVar("_Lazy", bound="LazyModuleMixin")
 
 # Type checkers see the mixin as the nn.Module it is always mixed into.
 if TYPE_CHECKING:
@@ -239,8 +241,8 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         kind, before = type(self), find_state(self)  # (a build deletes what it knew too)
         here = context()
         outer, built = here.built_here, set[int]()
-        outer_warnings, deferred = here.deferred, list[str | Warning]()
-        here.built_here, here.deferred = built, deferred
+        outer_warnings, held = here.held_warnings, list[str | Warning]()
+        here.built_here, here.held_warnings = built, held
         here.covered.add(id(self))
         try:
             with atomic(self, others=not torch_only(self)):
@@ -256,11 +258,11 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
             here.covered.discard(id(self))
             if outer is not None:
                 outer |= built
-            here.built_here, here.deferred = outer, outer_warnings
+            here.built_here, here.held_warnings = outer, outer_warnings
         if outer_warnings is not None:
-            outer_warnings += deferred
+            outer_warnings += held
         else:
-            for text in deferred:
+            for text in held:
                 warnings.warn(text, stacklevel=user_stacklevel())
         return result
 
@@ -289,7 +291,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
                 and isinstance(value, torch.Tensor)
                 and not is_placeholder(value)
             ):
-                tensor.materialize(value.shape)  # type: ignore[attr-defined]
+                tensor.materialize(value.shape)
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
         meta = args[0] if args and isinstance(args[0], dict) else {}
@@ -353,7 +355,7 @@ class LazyModuleMixin(_TorchLazyModuleMixin, _ModuleForTyping):
         """Unused: lazynn loads through ``_load_from_state_dict`` (kept for torch parity)."""
 
     # --- copies and replication --------------------------------------------------------------
-    def __copy__(self) -> LazyModuleMixin:
+    def __copy__(self: _Lazy) -> _Lazy:
         """A shallow copy that builds independently: own placeholders, own hooks."""
         cls = type(self)
         new = cls.__new__(cls)

@@ -36,9 +36,9 @@ from torch.nn.modules.lazy import LazyModuleMixin as TorchLazy
 from .._errors import UnbuiltError, func_name
 from .answers import ALLOWED_ATTRIBUTES, ALLOWED_METHODS, CLONES, CONVERSIONS, NATIVE
 from .callers import distributed, untraced
-from .deferred import DATA_OF, INITS, PROBE, SELF, Init, add, keep, on_probes, probed
+from .kept import DATA_OF, INITS, PROBE, SELF, Init, add, keep, on_probes, probed
 from .refusals import refusal, wrapper_refusal
-from .tensors import is_placeholder
+from .tensors import Placeholder, is_placeholder
 from .tensors import raw as _raw
 
 __all__ = [
@@ -52,9 +52,9 @@ __all__ = [
     "relocate",
 ]
 
-# Type checkers see the mixin as the tensor it is always mixed into.
+# Type checkers see the mixin as the placeholder tensor it is always mixed into.
 if TYPE_CHECKING:
-    _TensorForTyping = torch.Tensor
+    _TensorForTyping = Placeholder
 else:
     _TensorForTyping = object
 
@@ -85,16 +85,16 @@ class _Placeholder(_TensorForTyping):
     # (in a factory's first run, its probe answers: see PROBE)
     @property
     def shape(self) -> torch.Size:  # type: ignore[override]
-        probe = self.__dict__.get(PROBE)
+        probe: torch.Tensor | None = self.__dict__.get(PROBE)
         if probe is not None:
-            return probe.shape  # type: ignore[no-any-return]
+            return probe.shape
         raise self._refuse("Tensor.shape")
 
     @property
     def ndim(self) -> int:  # type: ignore[override]
-        probe = self.__dict__.get(PROBE)
+        probe: torch.Tensor | None = self.__dict__.get(PROBE)
         if probe is not None:
-            return probe.ndim  # type: ignore[no-any-return]
+            return probe.ndim
         raise self._refuse("Tensor.ndim")
 
     def size(self, dim: int | None = None) -> Any:
@@ -170,7 +170,8 @@ class _Placeholder(_TensorForTyping):
             raw = _raw(self)
             grad: bool = self.requires_grad
             memo[id(self)] = self._like(torch.empty(0, dtype=raw.dtype, device=raw.device), grad)
-        return memo[id(self)]  # type: ignore[no-any-return]
+        copied: torch.Tensor = memo[id(self)]
+        return copied
 
     @classmethod
     def __torch_function__(
@@ -253,7 +254,7 @@ class _Placeholder(_TensorForTyping):
 
 
 def _materialize(
-    placeholder: torch.Tensor,
+    placeholder: Placeholder,
     shape: int | Sequence[int],
     device: torch.device | str | None,
     dtype: torch.dtype | None,
@@ -267,14 +268,14 @@ def _materialize(
     fill(placeholder, data)
 
 
-def fill(placeholder: torch.Tensor, data: torch.Tensor) -> None:
+def fill(placeholder: Placeholder, data: torch.Tensor) -> None:
     """Make ``placeholder`` hold ``data`` and become a real tensor, keeping its identity."""
     with torch._C.DisableTorchFunctionSubclass():
         placeholder.data = data
-    target = type(placeholder).cls_to_become  # type: ignore[attr-defined]
+    target = type(placeholder).cls_to_become
     if placeholder.__dict__.pop("_is_param", False):  # nn.Parameter(p.data): a parameter
         target = nn.Parameter
-    placeholder.__class__ = target
+    placeholder.__class__ = target  # type: ignore[assignment]  # (a placeholder no more)
     for attr in ("_lazynn_owner", "_lazynn_checkpoint", "_is_buffer", "persistent", PROBE, INITS):
         placeholder.__dict__.pop(attr, None)
 
@@ -366,6 +367,8 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
     """
 
     cls_to_become = torch.Tensor
+    #: what torch's ``nn.Buffer`` instance check reads
+    _is_buffer: bool
 
     def __new__(
         cls,
@@ -378,7 +381,7 @@ class UninitializedBuffer(_Placeholder, nn.UninitializedBuffer):
         data = torch.empty(0, device=device, dtype=dtype)
         new = torch.Tensor._make_subclass(cls, data, requires_grad)
         new.persistent = persistent
-        new._is_buffer = True  # type: ignore[attr-defined]
+        new._is_buffer = True
         return new
 
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
@@ -409,7 +412,7 @@ def _rebuild(
     else:
         raise TypeError(f"not a lazynn placeholder class: {cls!r}")
     if checkpoint is not None:
-        new._lazynn_checkpoint = checkpoint  # type: ignore[union-attr]
+        new._lazynn_checkpoint = checkpoint
     if inits:
         new.__dict__[INITS] = tuple(inits)
     return new
@@ -427,10 +430,11 @@ def relocate(
         raw = _raw(placeholder)
         new = torch.empty(0, dtype=dtype or raw.dtype, device=device)
         return placeholder._like(new, placeholder.requires_grad)
-    kind: Any = type(placeholder)
-    return kind(  # type: ignore[no-any-return]
+    kind: Any = type(placeholder)  # (torch's placeholder classes: untyped constructors)
+    moved: torch.Tensor = kind(
         requires_grad=placeholder.requires_grad, device=device, dtype=dtype or placeholder.dtype
     )
+    return moved
 
 
 def is_lazy(obj: object) -> bool:
@@ -477,6 +481,4 @@ def placeholder_for(
 rebuild_placeholder = _rebuild
 
 #: the ``materialize`` of lazynn's and torch's own placeholder classes
-_MATERIALIZES = frozenset(
-    {_Placeholder.materialize, nn.parameter.UninitializedTensorMixin.materialize}  # type: ignore[attr-defined]
-)
+_MATERIALIZES = frozenset({_Placeholder.materialize, Placeholder.materialize})

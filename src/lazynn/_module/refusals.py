@@ -4,7 +4,7 @@ steps two of them need.
 torch words its refusals for its own lazy modules ("Run a dummy forward pass", or a shape error
 that blames ``load_state_dict``); lazynn's name every unbuilt parameter and the recipe (build,
 then wrap; build on meta, shard, materialize; the factory form for init code that needs
-sizes), with torch's own phrase kept inside. Who asked comes from ``_callers``.
+sizes), with torch's own phrase kept inside. Who asked comes from ``callers.py``.
 
 Two refusals must also take back what the tool did before it asked: a refused ``fully_shard``
 has registered itself on the module (:func:`undo_wrapper`), a refused pruning has moved the
@@ -105,7 +105,7 @@ def undo_wrapper(wrapper: Wrapper) -> None:
     ``contract`` registers ``fully_shard`` on each module first, and it can be applied once,
     so a refused call must not count.
 
-    ``torch.distributed._composable.contract`` is private; tests/materialize/test_distributed.py
+    ``torch.distributed._composable.contract`` is private; tests/building/test_distributed.py
     applies
     fully_shard after a refusal, which fails if this stops undoing it. (Imported here: only a
     process that is constructing ``fully_shard`` gets here.)

@@ -9,7 +9,7 @@
 * :func:`record_construction`: the CPU generator's state at each lazy module's construction,
   for ``build``'s replay of an eager construction.
 * :class:`Drafting` / :class:`Constructing`: the two runs of a model's factory in
-  ``lazynn.build(Net, ...)`` (``_factory``), as the lazy layers it constructs see them.
+  ``lazynn.build(Net, ...)`` (``_build/factory.py``), as the lazy layers it constructs see them.
 
 >>> context().builds
 0
@@ -55,7 +55,7 @@ BUILD_LOCK = threading.RLock()
 
 #: The attribute of an unbuilt lazy layer that holds its :class:`LazyState`.
 STATE_KEY = "_lazynn"
-#: The attribute of a module that holds its ``lazynn.on_build`` queue (``_queue``; not a
+#: The attribute of a module that holds its ``lazynn.on_build`` queue (``_build/queue.py``; not a
 #: "_lazynn" name, which a lazy layer's build deletes)
 QUEUE_KEY = "_on_build_queue"
 
@@ -66,7 +66,7 @@ class Rehearsing:
 
     #: id(layer) -> the sizes it read (and, for a rank-agnostic layer, the class it chose)
     sizes: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: id(layer) -> why a size it read may not be the one meant (``_infer.ambiguity``)
+    #: id(layer) -> why a size it read may not be the one meant (``_layer.infer.ambiguity``)
     notes: dict[int, str] = field(default_factory=dict)
     #: its FLOP counter's running total (None: it counts none)
     counted: Callable[[], int] | None = None
@@ -140,9 +140,9 @@ class Context:
     covered: set[int] = field(default_factory=set)
     #: whether a refusal is being worded (wording it hashes placeholders: not again)
     wording: bool = False
-    #: warnings of builds inside the current first call, given once its forward succeeds
+    #: warnings of builds inside the current first call, held until its forward succeeds
     #: (a rolled-back first call warns nothing)
-    deferred: list[str | Warning] | None = None
+    held_warnings: list[str | Warning] | None = None
     #: a run of a model's factory (``lazynn.build(Net, ...)``), or None
     program: Drafting | Constructing | None = None
     #: whether checkpoint loads build layers as eager constructions (drawing their numbers,
@@ -152,7 +152,7 @@ class Context:
     #: the last build inside ``torch.utils.checkpoint``: (a weak reference to the function
     #: checkpointed, the generator state it left for the forward, the state its own draws
     #: ended at), so the next one in the same checkpoint continues those draws
-    #: (``_snapshot.continue_builds``; the states are ``_snapshot.RandomState``)
+    #: (``snapshot.continue_builds``; the states are ``snapshot.RandomState``)
     build_stream: tuple[Any, Any, Any] | None = None
     #: the function modes lazynn entered on this thread (a rehearsal's meta device, a draft's
     #: meta device and recorder), which its own work on a layer steps out of
@@ -161,7 +161,7 @@ class Context:
     #: the modules whose queued functions (``on_build``) are running on this thread: a call
     #: of one of them inside such a function runs no other of its functions first (eager
     #: code runs each to its end, in order)
-    queue_scopes: list[object] = field(default_factory=list)
+    queue_scopes: list[nn.Module] = field(default_factory=list)
 
 
 _LOCAL = threading.local()
@@ -275,7 +275,7 @@ def constructed() -> int:
 
 def next_order() -> int:
     """A process-wide sequence number: the order in which a program wrote its kept
-    initializations and queued functions (``_deferred``, ``_queue``)."""
+    initializations and queued functions (``kept.py``, ``_build/queue.py``)."""
     return next(_ORDER)
 
 

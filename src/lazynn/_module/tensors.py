@@ -8,8 +8,8 @@ One walker for each thing that is walked, so that every part of lazynn sees the 
   ``PackedSequence``\\ s;
 * :func:`meta_like`: a meta tensor of a tensor's shape and dtype (a symbolic size read by
   its hint, so that torch.compile keeps it symbolic);
-* :func:`is_placeholder` and :func:`raw`: what an uninitialized parameter or buffer is, and
-  the empty tensor inside one.
+* :func:`is_placeholder` and :func:`raw`: what an uninitialized parameter or buffer is
+  (:class:`Placeholder`, as type checkers see one), and the empty tensor inside one.
 
 >>> import torch
 >>> map_tensors(lambda t: t.shape, ([torch.ones(2)], {"x": torch.ones(3, 1)}, 5))
@@ -20,8 +20,8 @@ device(type='meta')
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import PackedSequence
 from .._errors import shape_str
 
 __all__ = [
+    "Placeholder",
     "byte_size",
     "copy_values",
     "describe",
@@ -46,10 +47,32 @@ __all__ = [
 
 Store = dict[str, Any]
 
+if TYPE_CHECKING:
 
-def is_placeholder(obj: object) -> bool:
+    class Placeholder(torch.Tensor):
+        """A placeholder (an uninitialized parameter or buffer, lazynn's or torch's) as type
+        checkers see it: torch's stubs leave out the mixin every placeholder class has, and
+        with it ``cls_to_become`` and ``materialize``."""
+
+        cls_to_become: ClassVar[type[torch.Tensor]]
+        #: the unbuilt checkpoint entry it was saved as (``LazyModuleMixin.state_dict``)
+        _lazynn_checkpoint: str
+
+        def materialize(
+            self,
+            shape: int | Sequence[int],
+            device: torch.device | str | None = None,
+            dtype: torch.dtype | None = None,
+        ) -> None: ...
+
+else:
+    #: the base of every placeholder class, torch's and lazynn's (at run time, the mixin)
+    Placeholder = nn.parameter.UninitializedTensorMixin
+
+
+def is_placeholder(obj: object) -> TypeGuard[Placeholder]:
     """True for a lazynn or torch placeholder (an uninitialized parameter or buffer)."""
-    return isinstance(obj, nn.parameter.UninitializedTensorMixin)  # type: ignore[attr-defined]
+    return isinstance(obj, Placeholder)
 
 
 def raw(t: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Activations with learned per-channel parameters.
+"""Activations with trainable per-channel parameters.
 
 LazyPReLU(init=0.25, ...)   num_parameters = C of (N, C, *): one slope per channel
 """

@@ -15,7 +15,7 @@ from torch import nn
 from .._errors import module_path
 from .._layer.base import LazyLayer
 from .._layer.infer import CLASS_KEY, Infer
-from .._module.deferred import Init
+from .._module.kept import Init
 from .._module.lifecycle import is_unbuilt, rehearsing, warn_built
 from .._module.placeholder import UninitializedParameter, placeholder_for
 from .._module.snapshot import Snapshot

@@ -8,7 +8,7 @@ them in blocks of 16, recomputing the last 16 when the size is not a multiple of
 therefore start at multiples of 16 and the last is at least 16 long. The words of the pieces
 nobody keeps are skipped (``stream.py``: jumped, or drawn through by numpy, many skips merged
 into one), where the fill's words are known; elsewhere (CUDA, a release whose self-test failed)
-they are drawn in bounded chunks and dropped. tests/materialize/test_sharded_draws.py checks
+they are drawn in bounded chunks and dropped. tests/building/test_sharded_draws.py checks
 this against torch for many sizes and dtypes, so a kernel change fails a test, not a model.
 
 >>> import torch

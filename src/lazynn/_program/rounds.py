@@ -80,9 +80,10 @@ def splittable(dtype: torch.dtype, numel: int, bounds: tuple[object, ...]) -> bo
     """Whether a ``trunc_normal_`` of ``numel`` elements with ``bounds`` (mean, std, a, b) can
     be drawn in blocks (the redraw branch, a known number of words a round, rounds this
     release draws as this module does: :func:`vouched`)."""
-    if len(bounds) != 4 or not all(isinstance(v, (int, float)) for v in bounds):
+    numbers = [v for v in bounds if isinstance(v, (int, float))]
+    if len(bounds) != 4 or len(numbers) != 4:
         return False
-    mean, std, a, b = (float(v) for v in bounds)  # type: ignore[arg-type]
+    mean, std, a, b = (float(v) for v in numbers)
     known = fill_words("normal", dtype, numel, numel) is not None
     return known and std > 0 and _p(mean, std, a, b) > 0.3 and vouched()
 

@@ -21,6 +21,7 @@ rehearsal, tens of thousands in a large model's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,8 +32,9 @@ from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode
 
 __all__ = ["FlopCounter"]
 
-_dispatch = _FlopCounterMode.__torch_dispatch__
-_dispatch = getattr(_dispatch, "__wrapped__", _dispatch)  # (torch's, unwrapped)
+_wrapped = _FlopCounterMode.__torch_dispatch__
+#: torch's, unwrapped (typed here: torch's is not annotated)
+_dispatch: Callable[..., Any] = getattr(_wrapped, "__wrapped__", _wrapped)
 
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
@@ -70,7 +72,7 @@ class _Counting(_FlopCounterMode):
         # fake tensors take their own path)
         if not torch._C._len_torch_dispatch_stack() and _at_once(func, self.counter.flop_registry):
             return func(*args, **(kwargs or {}))
-        return _dispatch(self, func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        return _dispatch(self, func, types, args, kwargs)
 
 
 class _Total:

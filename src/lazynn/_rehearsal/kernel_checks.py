@@ -7,7 +7,7 @@ along a dimension the tensor lacks, a convolution's bias of the wrong size, a tr
 convolution's input of the wrong channels, an adaptive pooling of an empty dimension,
 ``torch.arange`` of bools. A build that passed them would return a model whose first real
 forward raises, and a summary would print shapes for it. So the rehearsal's device mode asks
-:func:`refused` first, for the functions the formulas answer (``shapes.py``): where a rule
+:func:`refused` first, for the functions the formulas answer (``formulas.py``): where a rule
 says the real kernel refuses the call, the call is made on the CPU, on zero-strided stand-ins
 of the arguments (no memory; where the kernel takes another path for them, on zeros of the
 arguments' shapes, up to 4M elements), and torch's own error is raised, in torch's words.
@@ -16,7 +16,7 @@ Only checks that hold on every device are rules here (a dtype a kernel has no
 implementation for, an operator refused for bools, shapes); what one device's kernels accept
 and another's refuse (``layer_norm`` with weights of another dtype than its input: the CPU's
 refuses, CUDA's accepts) is left to the meta kernel, as the model may be bound elsewhere.
-``tests/rehearsal/test_shapes.py`` draws every formula's inputs and checks both ways against
+``tests/rehearsal/test_formulas.py`` draws every formula's inputs and checks both ways against
 the CPU kernel: each call it refuses, the rehearsal refuses with its error; no call it
 accepts is refused.
 

@@ -1,6 +1,6 @@
 """torch.nn's layers' output shapes by formula (linear, convolution and its transpose,
 pooling, attention, embedding, the recurrent layers), and the checks every formula of the
-rehearsal shares (``shapes.py`` is the table; its module doc says when a formula answers).
+rehearsal shares (``formulas.py`` is the table; its module doc says when a formula answers).
 
 A check that fails raises :class:`Unsure`: the formula is not sure of torch's answer, and
 torch's kernel runs (and raises its own error for an input it refuses).
@@ -54,26 +54,27 @@ def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def plain_meta(t: Any) -> Tensor:
+def plain_meta(t: object) -> Tensor:
     """``t``, a plain meta tensor (else: unsure)."""
-    if type(t) not in _PLAIN or not t.is_meta:
+    if not isinstance(t, Tensor) or type(t) not in _PLAIN or not t.is_meta:
         raise Unsure
-    return t  # type: ignore[no-any-return]
+    return t
 
 
-def row_major(t: Any) -> Tensor:
+def row_major(t: object) -> Tensor:
     """``t``, a plain meta tensor with row-major strides (else: unsure)."""
-    if plain_meta(t).stride() != _row_major(t.shape):
+    tensor = plain_meta(t)
+    if tensor.stride() != _row_major(tensor.shape):
         raise Unsure
-    return t  # type: ignore[no-any-return]
+    return tensor
 
 
-def floating(t: Any, strided: bool = False) -> Tensor:
+def floating(t: object, strided: bool = False) -> Tensor:
     """``t``, a plain meta tensor of a floating dtype, row-major unless ``strided``."""
-    t = plain_meta(t) if strided else row_major(t)
-    if t.dtype not in FLOATS:
+    tensor = plain_meta(t) if strided else row_major(t)
+    if tensor.dtype not in FLOATS:
         raise Unsure
-    return t  # type: ignore[no-any-return]
+    return tensor
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
@@ -89,9 +90,11 @@ def check(condition: bool) -> None:
         raise Unsure
 
 
-def dim_index(dim: Any, rank: int) -> int:
-    check(type(dim) is int and -max(rank, 1) <= dim < max(rank, 1))
-    return dim % max(rank, 1)  # type: ignore[no-any-return]
+def dim_index(dim: object, rank: int) -> int:
+    bound = max(rank, 1)
+    if type(dim) is not int or not -bound <= dim < bound:
+        raise Unsure
+    return dim % bound
 
 
 # --- layers with weights, pooling ------------------------------------------------------------

@@ -73,5 +73,5 @@ class Rehearsal:
     unreached: list[str]
     #: the model's meta output
     output: Any
-    #: path -> why a size a lazy layer read may not be the one meant (``_infer.ambiguity``)
+    #: path -> why a size a lazy layer read may not be the one meant (``_layer.infer.ambiguity``)
     notes: dict[str, str] = field(default_factory=dict)

@@ -35,8 +35,8 @@ import torch
 from torch.utils._device import DeviceContext
 from torch.utils.flop_counter import FlopCounterMode
 
+from .formulas import answer, flops
 from .kernel_checks import refused
-from .shapes import answer, flops
 from .stand_ins import ATTRIBUTES, StandIns
 
 __all__ = ["MetaDevice"]

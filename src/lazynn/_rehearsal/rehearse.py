@@ -62,10 +62,11 @@ def rehearse(
     model: nn.Module,
     args: Sequence[Any],
     kwargs: dict[str, Any],
+    *,
     literal: bool = False,
     training: bool | None = None,
     count_flops: bool = False,
-    learned: dict[nn.Module, dict[str, Any]] | None = None,
+    learnt: dict[nn.Module, dict[str, Any]] | None = None,
 ) -> Rehearsal:
     """Run ``model`` itself on meta versions of the examples; return what was learnt.
 
@@ -75,7 +76,7 @@ def rehearse(
     it happened, its type and the input shapes it received. ``literal``: the examples are a
     real call's arguments (only tensors become meta). ``training`` runs every module in that
     mode (None: as each is). ``count_flops`` counts each call's FLOPs with
-    ``torch.utils.flop_counter.FlopCounterMode``. ``learned`` takes the sizes each lazy layer
+    ``torch.utils.flop_counter.FlopCounterMode``. ``learnt`` takes the sizes each lazy layer
     read before the run ended, even when it failed. A batch the examples leave free (a name
     as a Spec's first dimension, Keras's ``(None, 16)``) is run at ``TRIES[0]`` and
     ``TRIES[1]`` (``batch.py``): the first run is returned, and a model whose tensors' sizes
@@ -96,7 +97,7 @@ def rehearse(
                     substituted(kwargs, n),
                     training=training,
                     count_flops=count_flops,
-                    learned=learned if n == TRIES[0] else None,
+                    learnt=learnt if n == TRIES[0] else None,
                 )
                 for n in TRIES[:2]
             ]
@@ -118,7 +119,13 @@ def rehearse(
             assert snapshot.reach is not None
             tensors = snapshot.reach.tensors
             return _rehearse(
-                modules, tensors, meta_args, meta_kwargs, training, count_flops, learned
+                modules,
+                tensors,
+                meta_args,
+                meta_kwargs,
+                training=training,
+                count_flops=count_flops,
+                learnt=learnt,
             )
         finally:
             snapshot.restore()
@@ -160,9 +167,10 @@ def _rehearse(
     tensors: list[torch.Tensor],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    *,
     training: bool | None,
     count_flops: bool,
-    learned: dict[nn.Module, dict[str, Any]] | None,
+    learnt: dict[nn.Module, dict[str, Any]] | None,
 ) -> Rehearsal:
     """The run of :func:`rehearse`, on the model's ``modules`` (by first path), which the
     caller puts back after it; ``tensors``: the real tensors they reach."""
@@ -196,11 +204,11 @@ def _rehearse(
             run.end()
             if outer is not None:  # inside another rehearsal's forward: its notes are its
                 outer.notes.update(run.rehearsing.notes)
-            if learned is not None:
+            if learnt is not None:
                 for module in modules.values():
                     sizes = run.rehearsing.sizes.get(id(module))
                     if sizes is not None and module is not run.failed:  # (not the layer
-                        learned[module] = dict(sizes)  # that failed: its input)
+                        learnt[module] = dict(sizes)  # that failed: its input)
             if device.drew or torch.initial_seed() != seed:  # (it drew, or it reseeded)
                 drawn.restore()
             others.restore()  # (Python's random, numpy's: LayerDrop's, if it moved them)

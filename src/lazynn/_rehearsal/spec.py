@@ -191,6 +191,7 @@ def as_meta(example: Any) -> Any:
     ints), and structures of them; anything else is passed through."""
     if isinstance(example, Spec):
         named = [d for d in example.shape if isinstance(d, str)]
+        sizes = tuple(d for d in example.shape if not isinstance(d, str))
         if named:
             raise InferenceError(
                 message(
@@ -201,7 +202,7 @@ def as_meta(example: Any) -> Any:
                     "give the batch as a number: Spec((8, 3, 224, 224))",
                 )
             )
-        return torch.empty(example.shape, dtype=example.dtype, device="meta")  # type: ignore[arg-type]
+        return torch.empty(sizes, dtype=example.dtype, device="meta")
     if isinstance(example, torch.Size) or (_is_shape(example) and len(example) > 0):
         if any(d < 0 for d in example):
             raise ArgumentError(

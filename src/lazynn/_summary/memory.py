@@ -410,7 +410,7 @@ def _fake(tensor: torch.Tensor) -> torch.Tensor:
 
 class _Seen(TorchFunctionMode):
     """The model's tensors seen through their fake stand-ins on this thread (see
-    ``stand_ins.py``)."""
+    ``_rehearsal/stand_ins.py``)."""
 
     def __init__(self, seen: StandIns) -> None:
         super().__init__()

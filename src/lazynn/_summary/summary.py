@@ -24,7 +24,7 @@ from torch import nn
 
 from .._build.arguments import check_model
 from .._build.factory import is_factory, on_meta
-from .._errors import Fix, InferenceError, LazynnError, first_line, message
+from .._errors import Fix, InferenceError, LazynnError, first_line, message, with_note
 from .._module.lifecycle import is_lazy_module
 from .._rehearsal.batch import TRIES, batch_name, check_batch_free, keras_batch, substituted
 from .._rehearsal.collector import paused
@@ -221,12 +221,12 @@ def summary(
     for n, (a, k) in zip(TRIES, tries, strict=True):
         try:
             runs.append(rehearse(model, a, k, training=train, count_flops=True))
-        except LazynnError as error:
+        except LazynnError as error:  # (a note: its parts and fix key are kept)
             note = (
-                f" (lazynn.summary ran the symbolic batch {batch!r} as {n}: give every input's "
-                f"batch as {batch}, or the batch as a number)"
+                f"lazynn.summary ran the symbolic batch {batch!r} as {n}: give every input's "
+                f"batch as {batch}, or the batch as a number"
             )
-            raise type(error)(f"{error}{note}") from error
+            raise with_note(error, note) from error
     check_batch_free(runs[0], runs[1], batch)
     _check_linear(
         {p: tuple(r.calls[p].flops if p in r.calls else 0 for r in runs) for p in runs[0].calls},

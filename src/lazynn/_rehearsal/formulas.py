@@ -12,7 +12,7 @@ A formula answers only what it is sure of: plain meta tensors (no subclass, no f
 transform, no autograd), floating dtypes where torch's kernel may refuse others, inputs with
 row-major (contiguous) strides, so that the output is row-major too. Everything else, and
 every input the formula finds invalid, is left to torch's kernel, which raises its own error
-(tests/rehearsal/test_shapes.py compares both over generated inputs). Views (``view``,
+(tests/rehearsal/test_formulas.py compares both over generated inputs). Views (``view``,
 ``transpose``, ``reshape``...) are not answered: torch's are C++ and cheap, and keep their
 aliasing and strides.
 
@@ -176,11 +176,11 @@ def _method_softmax(t: Any, dim: Any, dtype: Any = None) -> Tensor:
 
 
 def _dropout(t: Any, p: Any = 0.5, training: Any = True, inplace: Any = False) -> Tensor:
-    t = floating(t)
+    tensor = floating(t)
     check(isinstance(p, NUMBER) and 0.0 <= p <= 1.0 and not inplace)
-    if p == 0 or not training or t.numel() == 0:
-        return t  # type: ignore[no-any-return]  # (torch's dropout returns its input itself)
-    return like(t)
+    if p == 0 or not training or tensor.numel() == 0:
+        return tensor  # (torch's dropout returns its input itself)
+    return like(tensor)
 
 
 def _affine(t: Tensor, shape: tuple[int, ...], *tensors: Any) -> None:

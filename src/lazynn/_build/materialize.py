@@ -21,14 +21,14 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from .._build.arguments import check_device, check_module, check_progress, check_threads
-from .._build.install import install, pending
-from .._build.progress import Progress, meta_numel
-from .._build.queue import run_ready
 from .._errors import LazynnError, message
 from .._module.lifecycle import is_lazy_module
 from .._module.snapshot import atomic
 from .._module.state import BUILD_LOCK
+from .arguments import check_device, check_module, check_progress, check_threads
+from .install import install, pending
+from .progress import Progress, meta_numel
+from .queue import run_ready
 from .reset import plan_steps, run_steps
 
 __all__ = ["materialize"]

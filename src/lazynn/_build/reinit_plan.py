@@ -1,4 +1,4 @@
-"""The replay plan: how ``build`` reproduces an eager model's random stream.
+"""The re-initialization plan: how ``build`` reproduces an eager model's random stream.
 
 An eager model draws every layer's numbers at construction, in construction order. A mixed
 model's eager layers drew theirs while the lazy ones drew nothing, so from the first lazy
@@ -50,10 +50,11 @@ def reset_of(module: nn.Module) -> Any:
 def scratch_init(module: nn.Module, writes: Writes | None = None) -> nn.Module:
     """A copy of ``module`` re-initialized by its ``reset_parameters()`` (draws its numbers);
     ``writes`` records what the initializer writes."""
-    twin: Any = copy.deepcopy(module)
+    twin = copy.deepcopy(module)
+    own: Any = twin  # (reset_parameters: its class's own, not nn.Module's)
     with writes if writes is not None else contextlib.nullcontext():
-        twin.reset_parameters()
-    return twin  # type: ignore[no-any-return]
+        own.reset_parameters()
+    return twin
 
 
 def _written(twin: nn.Module, writes: Writes) -> frozenset[str]:
@@ -244,14 +245,15 @@ class _Stream:
         before it. None too where a lazy layer's place is unknown (its state is none of
         these: something the replay cannot see drew), as registration order is then the
         best guess."""
+        states = (((p, m), find_state(m)) for p, m in order[first:] if m in lazy)
         lazies = sorted(
-            ((p, m) for p, m in order[first:] if m in lazy and find_state(m) is not None),
-            key=lambda entry: find_state(entry[1]).birth,  # type: ignore[union-attr]
+            ((entry, state) for entry, state in states if state is not None),
+            key=lambda lazy_entry: lazy_entry[1].birth,
         )
         events: list[tuple[str, nn.Module]] = []
         at = 0
-        for entry in lazies:
-            rng = find_state(entry[1]).rng  # type: ignore[union-attr]
+        for entry, state in lazies:
+            rng = state.rng
             if rng is None:
                 return None
             found = next(

@@ -13,7 +13,7 @@ before anything changes, then each step runs:
   earlier module keeps that module's values.
 
 An initializer is no eager ``__init__``: what it does not write would be uninitialized memory,
-and is refused, naming it (``_build/writes.py`` watches every write).
+and is refused, naming it (``writes.py`` watches every write).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._build.progress import Progress
-from .._build.queue import Entry as QueueEntry
-from .._build.queue import due, run_ready
-from .._build.writes import Writes
 from .._errors import LazynnError, message
 from .._module.tensors import own_slots, own_tensors
+from .progress import Progress
+from .queue import Entry as QueueEntry
+from .queue import due, run_ready
 from .sharded import ShardedInit, init_mode, sharded_failure
+from .writes import Writes
 
 __all__ = ["Allocate", "Initialize", "plan_steps", "run_steps"]
 
@@ -160,7 +160,7 @@ class _Run:
         self.allocated: dict[int, torch.Tensor] = {}
         self.kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         #: (module path, name, tensor) of each tensor an Allocate step gave new memory: its
-        #: initializer must write it (``_writes``)
+        #: initializer must write it (``writes.py``)
         self.fresh: list[tuple[str, str, torch.Tensor]] = []
 
     def unwritten(self, writes: Writes) -> list[str]:

@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 # TorchDispatchMode lives in a private module, but it is the documented way to write a mode
-# ("Extending PyTorch"); tests/materialize/test_distributed.py exercises it on 2 ranks.
+# ("Extending PyTorch"); tests/building/test_distributed.py exercises it on 2 ranks.
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._build.install import block_offset
 from .._errors import LazynnError, first_line, message
 from .._program.draws import draw_region, draw_slice
+from .install import block_offset
 
 __all__ = ["ShardedInit", "init_mode", "sharded_failure"]
 
@@ -73,7 +73,7 @@ class ShardedInit(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        from torch.distributed.tensor import DTensor  # (see _build/install.py's region)
+        from torch.distributed.tensor import DTensor  # (see install.py's region)
 
         name = func.__name__.split(".")[0]
         if isinstance(kwargs.get("out"), DTensor):  # (eye_: torch.eye(out=...), per shard)

@@ -24,7 +24,7 @@ Initializers that need the shape before they fill (``xavier_*``, ``kaiming_norma
 form (``lazynn.build(Net, example)``), which runs the model's own ``__init__`` with every size
 known.
 
-In a factory's first run (``lazynn.build(Net, ...)``, ``_layout``), a placeholder carries a
+In a factory's first run (``lazynn.build(Net, ...)``, ``_layer/layout.py``), a placeholder carries a
 *probe* (:data:`PROBE`): a meta tensor of its layer's probe shape. Any operation on it runs on
 the probe (:func:`on_probes`), so the model's own ``__init__`` runs to its end on meta, drawing
 nothing; the second run does it for real.
@@ -74,7 +74,7 @@ __all__ = [
 INITS = "_lazynn_inits"
 #: the attribute of a placeholder's ``.data``: the placeholder it is the data of
 DATA_OF = "_lazynn_data_of"
-#: a placeholder's attribute in a factory's first run (``_layout``): the meta tensor of the
+#: a placeholder's attribute in a factory's first run (``_layer/layout.py``): the meta tensor of the
 #: layer's probe shape that stands for it in the model's own ``__init__`` code
 PROBE = "_lazynn_probe"
 
@@ -157,7 +157,8 @@ def _target(value: Any) -> torch.Tensor | None:
     """The placeholder ``value`` is, or is the ``.data`` of; or None."""
     if not is_placeholder(value):
         return None
-    return value.__dict__.get(DATA_OF, value)  # type: ignore[no-any-return]
+    target: torch.Tensor = value.__dict__.get(DATA_OF, value)
+    return target
 
 
 def _data_of(placeholder: Any) -> torch.Tensor:
@@ -165,6 +166,12 @@ def _data_of(placeholder: Any) -> torch.Tensor:
     no data to detach from), and is not a Parameter, as torch's ``p.data`` is a plain tensor:
     assigned to a module it registers nothing."""
     return _alias(placeholder, placeholder._data_alias())
+
+
+def _detached(placeholder: Any) -> torch.Tensor:
+    """A placeholder's ``detach()``: a view of its class (``nn.Parameter(p)`` and
+    ``state_dict`` detach it), recording on it."""
+    return _alias(placeholder, placeholder._like(raw(placeholder), requires_grad=False))
 
 
 def _alias(placeholder: Any, alias: torch.Tensor) -> torch.Tensor:
@@ -192,8 +199,7 @@ def keep(
     if first is target and attr == "data" and getter:
         return _data_of(first)  # (its .data: writes on it are its own)
     if first is target and func is torch.Tensor.detach:
-        # (a detached view, of its class: nn.Parameter(p) and state_dict detach it)
-        return _alias(first, first._like(raw(first), requires_grad=False))  # type: ignore[attr-defined]
+        return _detached(first)
     if attr == "is_meta" and getter:
         # (the frame that asked: this function's caller's caller; read only here, as
         # torch.compile cannot trace sys._getframe)
@@ -355,7 +361,8 @@ def add(placeholder: torch.Tensor, init: Init) -> None:
 
 def inits_of(tensor: torch.Tensor) -> tuple[Init, ...]:
     """The initializations recorded on a placeholder, in the order written."""
-    return tensor.__dict__.get(INITS, ())  # type: ignore[no-any-return]
+    inits: tuple[Init, ...] = tensor.__dict__.get(INITS, ())
+    return inits
 
 
 def run(

@@ -104,7 +104,7 @@ def test_an_explicit_generator_is_used() -> None:
 def test_copies_of_one_lazy_layer_sharded_equal_eager_copies() -> None:
     """nn.TransformerEncoder deep-copies its layer: eager copies share the original's values,
     and so do lazy copies built on meta, sharded by FSDP2, then materialized (one process
-    here; tests/materialize/test_distributed.py shards over two)."""
+    here; tests/building/test_distributed.py shards over two)."""
     import warnings
 
     import torch.distributed as dist
@@ -144,7 +144,7 @@ def test_copies_of_one_lazy_layer_sharded_equal_eager_copies() -> None:
 
 
 def test_other_placements_equal_eager_and_partial_is_refused_changing_nothing() -> None:
-    """FSDP2 sharding on the last dim initializes as eager (tests/materialize/test_distributed.py
+    """FSDP2 sharding on the last dim initializes as eager (tests/building/test_distributed.py
     checks
     Shard(1) and 2-D shards on real ranks); a Partial parameter, which holds no block of
     its values, is refused and the model stays on meta."""

@@ -1,4 +1,4 @@
-"""The rehearsal's formulas (``_rehearsal/shapes.py``) give exactly what torch's meta kernels
+"""The rehearsal's formulas (``_rehearsal/formulas.py``) give exactly what torch's meta kernels
 give: the same shape, dtype and strides (the input itself where torch returns it), the same
 FLOPs, and, for an input torch refuses, torch's own error (the formula leaves it to torch).
 One harness: each function the formulas answer is a row, its inputs drawn by hypothesis
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from torch.utils.flop_counter import FlopCounterMode
 
+from lazynn._rehearsal.formulas import FLOPS, answer, flops
 from lazynn._rehearsal.meta_device import MetaDevice
-from lazynn._rehearsal.shapes import FLOPS, answer, flops
 from paths import ROOT
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -429,9 +429,9 @@ def _name(func: Any) -> str:
 
 
 def test_every_answered_function_has_a_row() -> None:
-    from lazynn._rehearsal import shapes
+    from lazynn._rehearsal import formulas
 
-    assert set(shapes._FORMULAS) == set(CASES)
+    assert set(formulas._FORMULAS) == set(CASES)
 
 
 def _run(func: Any, args: Any, kwargs: Any, fast: bool) -> tuple[Any, Any, list[Any]]:
