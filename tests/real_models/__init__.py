@@ -56,8 +56,9 @@ Diffusion    openai/improved-diffusion ``unet.py``, ``nn.py``        ``zero_modu
 U-Net                                                                (``p.detach().zero_()``),
                                                                      skip concatenations,
                                                                      ``GroupNorm32`` made lazy
-HiFi-GAN     jik876/hifi-gan ``models.py``                           ``weight_norm`` (applied at
-                                                                     the build),
+HiFi-GAN     jik876/hifi-gan ``models.py``                           ``weight_norm`` in
+                                                                     ``__init__`` (factory
+                                                                     form only),
                                                                      ``init_weights``
 DETR         facebookresearch/detr ``detr.py``, ``backbone.py``,      a torchvision ResNet whose
              ``transformer.py``, ``position_encoding.py``            ``fc`` is constructed and
@@ -78,8 +79,8 @@ T5           Hugging Face ``modeling_t5.py``                          one shared
 One file a model, plus ``kit.py`` (the two kits) and ``table.py`` (``MODELS``). Each model's
 file says what was reduced (sizes) or left out (checkpointing flags, fp16), and where its lazy
 port is not its sized constructors alone: Mamba's ``in_proj`` / ``dt_proj``, whose weights
-its forward reads without calling them (no input tells their sizes), and HiFi-GAN's
-``weight_norm``, applied with ``lazynn.on_build`` (torch's refuses an unbuilt weight).
+its forward reads without calling them (no input tells their sizes); HiFi-GAN runs in the
+factory form only (torch's ``weight_norm`` refuses an unbuilt weight in the instance form).
 
 ``MODELS`` maps a name to a :class:`RealModel`: a factory of the model for a kit, and example
 inputs (shapes and dtypes, for ``lazynn.build``; real tensors from a private generator).

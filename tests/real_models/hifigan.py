@@ -1,11 +1,11 @@
 """HiFi-GAN's generator, written from jik876/hifi-gan ``models.py`` (``Generator``,
 ``ResBlock1``, ``init_weights``, ``get_padding``; config v1's shape, channels reduced).
 
-Its convolutions are ``weight_norm(Conv1d(...))``: torch's ``weight_norm`` refuses a layer
-whose weight is unbuilt (it needs the weight's values), so the lazy port applies it at the
-build, ``lazynn.on_build(conv, weight_norm)``, where the eager code applies it (the kit's
-``weight_norm``): in the factory form each layer is built at its construction, so the
-transformation runs at the same point of the program. ``init_weights`` then writes
+Its convolutions are ``weight_norm(Conv1d(...))``, as published, in both kits: in the factory
+form (the only one this model runs in: torch's ``weight_norm`` refuses an unbuilt weight, in
+the instance form as it refuses torch's own lazy layers') the factory's first run lays each
+such layer out as its eager class and learns its sizes, and the real run constructs it with
+them, so ``weight_norm`` runs at the eager program's point. ``init_weights`` then writes
 ``m.weight.data.normal_(0, 0.01)`` into the weight ``weight_norm`` computed, as published (the
 forward recomputes it from ``weight_g`` and ``weight_v``; the draws still move the stream).
 """
@@ -19,19 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import weight_norm
 
-import lazynn
-
 from .kit import Kit
 
 LRELU_SLOPE = 0.1
-
-
-def wn(kit: Kit, conv: nn.Module) -> nn.Module:
-    """``weight_norm(conv)``: at once for an eager layer, at the build for a lazy one."""
-    if kit.lazy:
-        lazynn.on_build(conv, weight_norm)
-        return conv
-    return weight_norm(conv)
 
 
 def init_weights(m: nn.Module, mean: float = 0.0, std: float = 0.01) -> None:
@@ -51,8 +41,7 @@ class ResBlock1(nn.Module):
         super().__init__()
         self.convs1 = nn.ModuleList(
             [
-                wn(
-                    kit,
+                weight_norm(
                     kit.Conv1d(
                         channels,
                         channels,
@@ -68,8 +57,7 @@ class ResBlock1(nn.Module):
         self.convs1.apply(init_weights)
         self.convs2 = nn.ModuleList(
             [
-                wn(
-                    kit,
+                weight_norm(
                     kit.Conv1d(
                         channels,
                         channels,
@@ -108,12 +96,13 @@ class Generator(nn.Module):
         super().__init__()
         self.num_kernels = len(resblock_kernel_sizes)
         self.num_upsamples = len(upsample_rates)
-        self.conv_pre = wn(kit, kit.Conv1d(mels, upsample_initial_channel, 7, stride=1, padding=3))
+        self.conv_pre = weight_norm(
+            kit.Conv1d(mels, upsample_initial_channel, 7, stride=1, padding=3)
+        )
         self.ups = nn.ModuleList()
         for i, (u, k) in enumerate(zip(upsample_rates, upsample_kernel_sizes, strict=True)):
             self.ups.append(
-                wn(
-                    kit,
+                weight_norm(
                     kit.ConvTranspose1d(
                         upsample_initial_channel // (2**i),
                         upsample_initial_channel // (2 ** (i + 1)),
@@ -128,7 +117,7 @@ class Generator(nn.Module):
             ch = upsample_initial_channel // (2 ** (i + 1))
             for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes, strict=True):
                 self.resblocks.append(ResBlock1(kit, ch, k, d))
-        self.conv_post = wn(kit, kit.Conv1d(ch, 1, 7, stride=1, padding=3))
+        self.conv_post = weight_norm(kit.Conv1d(ch, 1, 7, stride=1, padding=3))
         self.ups.apply(init_weights)
         self.conv_post.apply(init_weights)
 

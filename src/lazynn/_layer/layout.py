@@ -21,20 +21,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import nullcontext
+from types import FrameType
 from typing import Any
 
 import torch
 from torch import nn
 
 from .._errors import LazynnError, message
+from .._module.callers import LAZYNN_FOLDER, frames
 from .._module.kept import PROBE
 from .._module.lifecycle import attach, own_work
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
 from .._module.state import Constructing, Drafting, Entry, context, lazy_state, record_construction
 from .._module.tensors import is_placeholder, own_slots
 from .._program.record import recording, unrecorded
-from .construct import construct, hide_probes, new, of_torch, parameter_device
+from .construct import construct, forward_names, hide_probes, new, of_torch, parameter_device
 from .infer import CLASS_KEY, UNKNOWN, Infer
+from .inputs import read_sizes
 
 __all__ = ["lay_out", "same_arguments"]
 
@@ -58,6 +61,14 @@ def lay_out(
             finally:
                 here.program = program
             return
+    # (a rank-agnostic layer, not of the class it becomes, has its class from the rehearsal)
+    if isinstance(program, Drafting) and _laid_eager(program) and isinstance(layer, cls):
+        here.program = None
+        try:
+            _lay_out_eager(layer, cls, specs, kwargs, program)
+        finally:
+            here.program = program
+        return
     here.program = None  # (a layout's own constructions are not the program's)
     try:
         with unrecorded():  # (placeholders and probes are no tensor's init program)
@@ -67,6 +78,66 @@ def lay_out(
             _record_draws(layer, cls, specs, program)
     finally:
         here.program = program
+
+
+def _laid_eager(drafting: Drafting) -> bool:
+    """Whether the lazy layer being constructed in a factory's first run is laid out as its
+    eager class (:attr:`Drafting.eager`, :attr:`Drafting.eager_sites`); notes its site."""
+    index = len(drafting.entries)
+    site = next(
+        ((f.f_code.co_filename, f.f_lineno) for f in frames(2) if not _lazynn_file(f)), None
+    )
+    if site is not None:
+        drafting.sites[index] = site
+    return index in drafting.eager or site in drafting.eager_sites
+
+
+def _lazynn_file(frame: FrameType) -> bool:
+    return frame.f_code.co_filename.startswith(LAZYNN_FOLDER)
+
+
+def _lay_out_eager(
+    layer: nn.Module,
+    cls: type[nn.Module],
+    specs: Mapping[str, Infer],
+    kwargs: dict[str, Any],
+    drafting: Drafting,
+) -> None:
+    """In a factory's first run, a lazy layer whose tensors a step of ``__init__`` needs
+    (``weight_norm(LazyConv1d(8, 3))``; :attr:`Drafting.eager`): its eager class on meta, with
+    the sizes an earlier run learnt or stand-ins, its draws recorded where eager makes them.
+
+    Being no longer lazy, it reads its sizes in a rehearsal through a forward of this run's
+    own: where its input gives other sizes than it was laid out with, the eager class with
+    those sizes, on meta, answers for it (its own tensors, which the step transformed, have
+    the stand-in's), and the next run is laid out with them (``draft.drafted``)."""
+    index = len(drafting.entries)
+    given = dict(kwargs)
+    arguments = {k: v for k, v in kwargs.items() if k not in ("device", "dtype")}
+    dtype = kwargs.get("dtype")
+    learnt = drafting.known.get(index, {})
+    sizes = {name: learnt.get(name, spec.probe_value(arguments)) for name, spec in specs.items()}
+    known = all(name in learnt for name in specs)
+    drafting.entries.append(Entry(type(layer), given, dict(sizes) if known else None))
+    drafting.laid[index] = layer
+    names = forward_names(cls)
+    layer.__dict__.clear()
+    layer.__class__ = cls
+    construct(cls, {**arguments, **sizes}, "meta", dtype, into=layer)
+    own = cls.forward.__get__(layer)
+
+    def forward(*args: Any, **kw: Any) -> Any:
+        # (the draft's own: the rehearsal puts back what the model reaches, so what it read
+        # goes out with the rehearsal's record)
+        read = read_sizes(layer, specs, names, args, kw)
+        rehearsal = context().rehearsal
+        if rehearsal is not None:
+            rehearsal.sizes[id(layer)] = read
+        if read == sizes:
+            return own(*args, **kw)
+        return construct(cls, {**arguments, **read}, "meta", dtype, None)(*args, **kw)
+
+    layer.forward = forward
 
 
 def _record_known(layer: nn.Module, known_buffers: frozenset[str]) -> None:
@@ -226,6 +297,7 @@ def _placeholders(
     else:
         state.index = len(drafting.entries)
         drafting.entries.append(Entry(type(layer), given))
+        drafting.owners.update((id(p), state.index) for p in state.placeholders.values())
     state.kwargs = kwargs
     state.device = target
     state.dtype = dtype if dtype is not None else torch.get_default_dtype()

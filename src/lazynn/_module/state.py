@@ -113,6 +113,20 @@ class Drafting:
     #: factory's ``__init__`` itself builds (``lazynn.build(inner, x)`` inside it): those
     #: still built when the run ends take their sizes from there
     built: dict[int, tuple[nn.Module, dict[str, Any]]] = field(default_factory=dict)
+    #: the numbers of the lazy layers laid out as their eager class, on meta (with the sizes
+    #: ``known`` gives, else stand-ins): a step of ``__init__`` needs their tensors
+    #: (``weight_norm``), which placeholders cannot give
+    eager: set[int] = field(default_factory=set)
+    #: the lines of code (file, line) whose lazy layers are laid out so too: those that
+    #: constructed one a step needed (a loop's, a helper's layers share the step)
+    eager_sites: set[tuple[str, int]] = field(default_factory=set)
+    #: layer number -> the line of code outside lazynn that constructed it
+    sites: dict[int, tuple[str, int]] = field(default_factory=dict)
+    #: layer number -> the layer, for those laid out eager (no longer lazy, each reads its
+    #: sizes in a rehearsal through a hook of this run)
+    laid: dict[int, nn.Module] = field(default_factory=dict)
+    #: id(placeholder) -> the number of the lazy layer that holds it
+    owners: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
