@@ -17,6 +17,7 @@ import math
 import pickle
 import random
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,52 @@ def test_kept_initializations_hold_through_every_door(door: str) -> None:
         lazynn.materialize(model, "cpu")
     assert same_state(model, eager)
     assert torch.equal(torch.rand(2), after)
+
+
+class _Interleaved(nn.Module):
+    """Work written on a lazy layer in ``__init__`` between its construction and an eager
+    layer's: eager code draws it before the eager layer's numbers; the instance form's build
+    runs it before re-initializing that layer. A block deep-copied after its work was queued
+    (``[deepcopy(block) for ...]``): eager code ran it once, then copied."""
+
+    def __init__(self, how: str, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        if how == "kept init":
+            nn.init.normal_(self.a.weight)
+        elif lazy:
+            lazynn.on_build(self.a, lambda m: nn.init.normal_(m.weight))
+        else:
+            nn.init.normal_(self.a.weight)
+        self.mid = nn.Linear(4, 4)  # (eager, before the next lazy layer)
+        block = nn.Sequential(lazynn.LazyLinear(3) if lazy else nn.Linear(4, 3))
+        if how == "copies" and lazy:
+            lazynn.on_build(block, lambda m: nn.init.uniform_(m[0].weight))
+        elif how == "copies":
+            nn.init.uniform_(block[0].weight)
+        self.copies = nn.ModuleList([copy.deepcopy(block) for _ in range(3)])
+        self.b = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.mid(self.a(x))
+        return self.b(sum(c(h) for c in self.copies))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+@pytest.mark.parametrize("how", ["kept init", "queued", "copies"])
+def test_work_written_between_constructions_runs_where_eager_ran_it(how: str, door: str) -> None:
+    torch.manual_seed(0)
+    eager = _Interleaved(how, lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = _Interleaved(how)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (exact: no warning that it may not be)
+        lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
+    if door == "meta+materialize":
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
 
 
 # --- zero_module: writes through p.detach() (case 3) -------------------------------------------

@@ -27,7 +27,7 @@ from .._module.kept import Init
 from .._module.kept import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
 from .._module.placeholder import relocate
-from .._module.snapshot import atomic
+from .._module.snapshot import OtherRandom, RandomState, atomic
 from .._module.state import BUILD_LOCK, context, find_state
 from .._module.tensors import (
     byte_size,
@@ -57,6 +57,17 @@ def _retarget(module: nn.Module, device: torch.device | None, dtype: torch.dtype
             floating = tensor.is_floating_point()
             target = device if device is not None else tensor.device
             store[name] = relocate(tensor, target, dtype if floating else None)
+
+
+class _Generators:
+    """Every generator's state (torch's, Python's, numpy's), to put back."""
+
+    def __init__(self) -> None:
+        self.torch, self.others = RandomState(), OtherRandom()
+
+    def restore(self) -> None:
+        self.torch.restore()
+        self.others.restore()
 
 
 class _Allocation:
@@ -105,27 +116,66 @@ class _Allocation:
             return before is None or after <= before
 
         inits = [pair for pair in self.inits if written(pair[0].after)]
-        # (on meta, the initializations and the queued work are steps of the recording)
-        queued = [
-            pair
-            for pair in self.queued
-            if written(pair[1].after)
-            and (built_on_meta(pair[0]) if self.on_meta else ready(pair[0]))
-        ]
+        queued = [pair for pair in self.queued if written(pair[1].after) and self.due(pair[0])]
         if not inits and not queued:
             return
         self.inits = [pair for pair in self.inits if not written(pair[0].after)]
+        self._run(model, inits, queued)
+
+    def run_queued_at(self, model: nn.Module, start: torch.Tensor) -> None:
+        """Run the work queued when the generator was at ``start``, the state an eager
+        layer's construction draws from (``Plan.starts``): eager code ran it before that
+        layer, which the build now re-initializes."""
+        queued = [
+            pair
+            for pair in self.queued
+            if pair[1].rng is not None and torch.equal(pair[1].rng, start) and self.due(pair[0])
+        ]
+        inits = [
+            pair
+            for pair in self.inits
+            if pair[0].rng is not None and torch.equal(pair[0].rng, start)
+        ]
+        if queued or inits:
+            self.inits = [pair for pair in self.inits if pair not in inits]
+            self._run(model, inits, queued)
+
+    def due(self, module: nn.Module) -> bool:
+        """Whether work queued on ``module`` can run (on meta, the initializations and the
+        queued work are steps of the recording)."""
+        return built_on_meta(module) if self.on_meta else ready(module)
+
+    def _run(
+        self,
+        model: nn.Module,
+        inits: list[tuple[Init, torch.Tensor]],
+        queued: list[tuple[nn.Module, QueueEntry]],
+    ) -> None:
+        """Run these initializations and queued functions, in the order written."""
         self.queued = [pair for pair in self.queued if pair not in queued]
         work: list[tuple[int, Any]] = [(init.order, (init, t)) for init, t in inits]
         work += [(entry.order, (module, entry)) for module, entry in queued]
-        for _, item in sorted(work, key=lambda pair: pair[0]):
+        # A function queued on a module deep-copied after (``[deepcopy(block) for ...]``) is in
+        # each copy's queue, with one order: eager code ran it once, then copied the result.
+        # Each copy runs it from where the first began, and the generators end where it ended.
+        copied: tuple[int, _Generators, _Generators] | None = None
+        for order, item in sorted(work, key=lambda pair: pair[0]):
             if isinstance(item[0], Init):
                 run_inits([item], self.inits_done)
-            elif self.on_meta:
+                continue
+            again = copied is not None and copied[0] == order
+            if copied is not None and again:
+                copied[1].restore()
+            start = _Generators()
+            if self.on_meta:
                 run_on_meta(model, item[0], item[1])
             else:
                 with torch.enable_grad():  # (as outside a build: the allocation runs no_grad)
                     run_ready(model, only=[item[1]])
+            if copied is not None and again:
+                copied[2].restore()
+            else:
+                copied = (order, start, _Generators())
 
     def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
         if module in self.rehearsal.sizes and is_unbuilt(module):
@@ -304,6 +354,9 @@ def _allocate_in_order(
             state = find_state(module)
             if state is not None and module in rehearsal.sizes and is_unbuilt(module):
                 allocation.run_due(model, before=state.birth)
+            start = allocation.plan.starts.get(module)
+            if start is not None and (allocation.queued or allocation.inits):
+                allocation.run_queued_at(model, start)
             allocation.visit(path, module, lazy)
         allocation.run_due(model, before=None)
         if not allocation.on_meta and (device is not None or dtype is not None):

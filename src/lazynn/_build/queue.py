@@ -58,6 +58,9 @@ class Entry:
     #: how many lazy layers the program had constructed when it queued it (``build`` runs
     #: it after constructing those, before the next, when its module is ready by then)
     after: int = 0
+    #: the CPU generator's state when it was queued: the instance form's build runs it before
+    #: the eager layer constructed from that state on (``reinit_plan.Plan.starts``)
+    rng: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def entries(module: nn.Module) -> tuple[Entry, ...]:
 
 def add(module: nn.Module, fn: Callable[[Any], object]) -> tuple[Entry, bool]:
     """Queue ``fn`` on ``module``: (its entry, whether it is the first, so hooks are due)."""
-    entry = Entry(fn, next_order(), constructed())
+    entry = Entry(fn, next_order(), constructed(), torch.get_rng_state())
     queue = _queue(module)
     first = queue is None  # (a running queue keeps its hooks)
     queue = queue or Queue()

@@ -86,6 +86,9 @@ class Plan:
     #: that makes its layers last to first), for the allocation to visit; None: registration
     #: order
     walk: tuple[tuple[str, nn.Module], ...] | None = None
+    #: each eager layer replayed -> the generator state its construction drew from (work
+    #: queued at that state was queued before it: the build runs it first)
+    starts: Mapping[nn.Module, torch.Tensor] = field(default_factory=dict)
 
 
 def plan(
@@ -147,6 +150,7 @@ def plan(
         stream.written,
         tuple(stream.notes),
         stream.walk(order, first, lazy, end),
+        {m: here for (_, m), here in stream.sequence},
     )
 
 

@@ -115,6 +115,9 @@ class Init:
     after: int = field(default_factory=constructed)
     #: the state of the generator it names (``generator=g``) when it was written, or None
     drawn_from: torch.Tensor | None = None
+    #: the CPU generator's state when the program wrote it (in ``__init__``): the instance
+    #: form's build runs it before the eager layer constructed from that state on
+    rng: torch.Tensor | None = None
 
     def run(self, tensor: torch.Tensor) -> None:
         """Run it on ``tensor`` (without autograd, as ``nn.init`` and ``.data`` do). Drawn
@@ -310,9 +313,10 @@ def from_call(
             )
     generator = kwargs.get("generator")
     drawn = generator.get_state() if isinstance(generator, torch.Generator) else None
+    now = torch.get_rng_state()
     if args:
-        return Init(func, (SELF, *args[1:]), dict(kwargs), drawn_from=drawn)
-    return Init(func, (), {**kwargs, "tensor": SELF}, drawn_from=drawn)
+        return Init(func, (SELF, *args[1:]), dict(kwargs), drawn_from=drawn, rng=now)
+    return Init(func, (), {**kwargs, "tensor": SELF}, drawn_from=drawn, rng=now)
 
 
 #: in-place methods that are no initialization (they change how the tensor is tracked)
@@ -351,7 +355,7 @@ def from_trunc_normal(frame: FrameType | None, target: torch.Tensor) -> Init | N
     found = frame_locals(frame, ("tensor", "mean", "std", "a", "b", "generator"))
     if not _is(found.pop("tensor", None), target) or len(found) != 5:
         return None
-    return Init(nn.init.trunc_normal_, (SELF,), found)
+    return Init(nn.init.trunc_normal_, (SELF,), found, rng=torch.get_rng_state())
 
 
 def add(placeholder: torch.Tensor, init: Init) -> None:
