@@ -727,6 +727,32 @@ def test_a_model_failing_at_a_free_batch_keeps_its_fix_key_and_the_command_gives
     assert_one_line_error(code, *capsys.readouterr(), "ran the symbolic batch 'B' as 3", fix)
 
 
+HALF_PORTED = """\
+import lazynn
+
+layer = lazynn.LazyLinear(768, 3072)
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "module"])
+def test_a_lazynn_error_the_users_file_raises_as_it_runs_keeps_its_parts_and_its_own_fix(
+    how: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's own code failed, not the command's arguments: its fix is lazynn's (about that
+    code), read from the error's parts (not its text), so that where the file raised it goes
+    before the fix, as in every other error the command prints."""
+    (tmp_path / "half_ported.py").write_text(HALF_PORTED)
+    monkeypatch.chdir(tmp_path)
+    source = "half_ported.py" if how == "file" else "half_ported"
+    code = main(["summary", f"{source}:layer", "--input", "2x768"])
+    out, err = capsys.readouterr()
+    verb = "run" if how == "file" else "import"
+    head = f"{source} failed to {verb}: ArgumentError: LazyLinear: expected bias to be a bool"
+    fix = "Fix: delete the input size, which lazynn infers: LazyLinear(3072)"
+    assert_one_line_error(code, out, err, head, fix)
+    assert err.index("called at half_ported.py:3") < err.index("Fix: ")
+
+
 # --- the view and the run: --depth, --expand, --format, --width, --eval, --training ---------
 
 VIEWS = {

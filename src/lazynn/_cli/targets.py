@@ -176,12 +176,19 @@ def _run_file(source: str) -> tuple[dict[str, Any], str]:
     try:
         namespace = runpy.run_path(str(path), run_name=_RUN_NAME)
     except Exception as error:
-        raise CommandError(
-            f"{source} failed to run: {type(error).__name__}: {first_line(error)}"
-        ) from error
+        raise _failed(f"{source} failed to run", error) from error
     finally:
         sys.path.remove(folder)
     return namespace, _RUN_NAME
+
+
+def _failed(what: str, error: Exception) -> CommandError:
+    """An error the user's file raised as it ran (its own code's: a lazynn error there keeps
+    its parts and its own fix, which is about that code, not the command's arguments)."""
+    parts = error.parts if isinstance(error, LazynnError) else None
+    if parts is not None:
+        return CommandError(f"{what}: {type(error).__name__}: {parts.head()}", parts.fix)
+    return CommandError(f"{what}: {type(error).__name__}: {first_line(error)}")
 
 
 def _import_module(source: str) -> tuple[dict[str, Any], str]:
@@ -199,9 +206,7 @@ def _import_module(source: str) -> tuple[dict[str, Any], str]:
             ) from error
         raise CommandError(f"{source} failed to import: ModuleNotFoundError: {error}") from error
     except Exception as error:
-        raise CommandError(
-            f"{source} failed to import: {type(error).__name__}: {first_line(error)}"
-        ) from error
+        raise _failed(f"{source} failed to import", error) from error
     finally:
         if added:
             sys.path.remove(os.getcwd())
