@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import lazynn
 from lazynn._cli.fixes import cli_line, one_line
@@ -725,6 +726,23 @@ def test_a_model_failing_at_a_free_batch_keeps_its_fix_key_and_the_command_gives
     code = main(["summary", f"{path}:Pairs", "--input", "Bx5"])
     fix = "Fix: check the --input shapes"
     assert_one_line_error(code, *capsys.readouterr(), "ran the symbolic batch 'B' as 3", fix)
+
+
+def test_a_factory_failing_at_the_first_free_batch_says_the_batch_it_ran_as() -> None:
+    """A factory's model is built on meta at the first number (2) before the summary runs:
+    a failure there has the same note, its parts kept."""
+
+    class Triples(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = lazynn.LazyLinear(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x).unflatten(0, (3, -1)).sum(0)  # type: ignore[no-any-return]
+
+    with pytest.raises(lazynn.InferenceError, match="ran the symbolic batch 'B' as 2") as info:
+        lazynn.summary(Triples, lazynn.Spec(("B", 5)))
+    assert info.value.parts is not None
 
 
 HALF_PORTED = """\

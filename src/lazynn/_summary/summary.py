@@ -196,16 +196,21 @@ def summary(
     check_keywords(*called(model), example_kwargs)  # (torchinfo's, before anything)
     lazy_types = None  # (a factory's model is built on meta: its lazy classes, by path,
     notes: dict[str, str] = {}  # and what its lazy layers read that may not be meant)
+    batch = batch_name(example_inputs, example_kwargs, "lazynn.summary")
     if is_factory(model):
         sized = {k: substituted(v, TRIES[0]) for k, v in example_kwargs.items()}
-        model, lazy_types, notes = on_meta(
-            model,
-            tuple(substituted(v, TRIES[0]) for v in example_inputs),
-            sized,
-            "lazynn.summary(factory)",
-        )
+        try:
+            model, lazy_types, notes = on_meta(
+                model,
+                tuple(substituted(v, TRIES[0]) for v in example_inputs),
+                sized,
+                "lazynn.summary(factory)",
+            )
+        except LazynnError as error:
+            if batch is None:
+                raise
+            raise with_note(error, _batch_note(batch, TRIES[0])) from error
     assert isinstance(model, nn.Module)
-    batch = batch_name(example_inputs, example_kwargs, "lazynn.summary")
     train = mode == "train"
     if batch is None:
         rehearsal = rehearse(
@@ -222,11 +227,7 @@ def summary(
         try:
             runs.append(rehearse(model, a, k, training=train, count_flops=True))
         except LazynnError as error:  # (a note: its parts and fix key are kept)
-            note = (
-                f"lazynn.summary ran the symbolic batch {batch!r} as {n}: give every input's "
-                f"batch as {batch}, or the batch as a number"
-            )
-            raise with_note(error, note) from error
+            raise with_note(error, _batch_note(batch, n)) from error
     check_batch_free(runs[0], runs[1], batch)
     _check_linear(
         {p: tuple(r.calls[p].flops if p in r.calls else 0 for r in runs) for p in runs[0].calls},
@@ -245,6 +246,14 @@ def summary(
         memory = dataclasses.replace(two, activations=per_sample)
         report = dataclasses.replace(report, memory=memory)
     return report
+
+
+def _batch_note(batch: str, n: int) -> str:
+    """What a failure with a symbolic batch says of the number it ran as."""
+    return (
+        f"lazynn.summary ran the symbolic batch {batch!r} as {n}: give every input's batch as "
+        f"{batch}, or the batch as a number"
+    )
 
 
 def _check_linear(figures: dict[str, tuple[int, ...]], what: str, batch: str) -> None:
