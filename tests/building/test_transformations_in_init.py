@@ -50,6 +50,7 @@ TRANSFORMS: dict[str, Callable[[nn.Module], nn.Module]] = {
     "parametrizations.weight_norm": parametrizations.weight_norm,
     "parametrizations.spectral_norm": parametrizations.spectral_norm,
     "register_parametrization": _own,
+    "parametrizations.orthogonal": parametrizations.orthogonal,
     "prune": _pruned,
 }
 
@@ -143,10 +144,79 @@ def test_a_transformed_lazy_layer_the_forward_never_calls_is_refused_naming_it()
         with pytest.raises(lazynn.InferenceError) as raised:
             lazynn.build(_Unreached, X)
     text = str(raised.value)
-    assert "never called LazyConv1d(out_channels=4" in text
-    assert "lazy layer number 2" in text
-    assert "give it its sizes" in text.split("Fix: ", 1)[1]
+    assert "never called 'spare', whose tensors the factory's __init__ transforms" in text
+    assert "give them their sizes" in text.split("Fix: ", 1)[1]
     assert torch.equal(torch.get_rng_state(), before)
+
+
+class _Heads(nn.Module):
+    """Two transformed lines, and an untransformed lazy layer the forward does not reach."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.utils.weight_norm(lazynn.LazyConv1d(4, 3))
+        self.b = parametrizations.spectral_norm(lazynn.LazyConv1d(4, 3))
+        self.aux = lazynn.LazyLinear(10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))  # type: ignore[no-any-return]
+
+
+def test_only_the_lines_that_transform_are_laid_out_eager_even_with_dynamo_imported() -> None:
+    """(Found by review.) A wrapper of dynamo's between lazynn and the user's line is not the
+    line that constructs: the untransformed layer stays lazy, and its refusal is the usual."""
+    import torch._dynamo  # noqa: F401  (transformers, Lightning and FSDP import it)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        with pytest.raises(lazynn.InferenceError, match="never called 'aux'") as raised:
+            lazynn.build(_Heads, X)
+    assert "transforms" not in str(raised.value)
+
+
+class _Mono(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.utils.weight_norm(lazynn.LazyConv1d(16, 15, padding=7))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)  # type: ignore[no-any-return]
+
+
+def test_a_transformed_layer_warns_of_an_ambiguous_input_as_a_lazy_one_does() -> None:
+    """(Found by review.) Mono audio without its channel dimension, (4, 8000), reads as 4
+    channels: the layer laid out eager reads its input as the lazy layer does, and says so."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        with pytest.warns(lazynn.AmbiguousInputWarning, match="Conv1d at 'conv'"):
+            lazynn.build(_Mono, torch.randn(4, 800))
+
+
+class _Global(nn.Module):
+    """prune.global_unstructured over two lazy layers: one step needs both."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(6) if lazy else nn.Linear(10, 6)
+        self.b = lazynn.LazyLinear(2) if lazy else nn.Linear(6, 2)
+        pairs = [(self.a, "weight"), (self.b, "weight")]
+        prune.global_unstructured(pairs, pruning_method=prune.L1Unstructured, amount=5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x.sum(1)))  # type: ignore[no-any-return]
+
+
+def test_a_step_over_several_lazy_layers_lays_each_out_eager() -> None:
+    """(Found by review: a bare KeyError before.)"""
+    torch.manual_seed(0)
+    eager = _Global(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = lazynn.build(_Global, X)
+    assert torch.equal(torch.get_rng_state(), after)
+    got, expected = _state(model), _state(eager)
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
 
 
 def test_the_instance_form_refuses_as_torch_refuses_an_unbuilt_weight() -> None:

@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 from torch.nn.modules import module as torch_module
-from torch.nn.utils import parametrize, prune
+from torch.nn.utils import parametrize
 
 from .._errors import (
     Fix,
@@ -57,6 +57,7 @@ from .._module.state import Constructing, Drafting, Entry, context, find_state
 from .._module.tensors import is_placeholder, own_slots
 from .._program.record import Recorder
 from .._rehearsal.meta_device import MetaDevice
+from .transformed import NeedsTensors, laid_read, needing, refuse_unread, transformed_layers
 
 __all__ = [
     "MAX_DRAFTS",
@@ -151,45 +152,13 @@ def draft(
         drafting.eager_sites = set(sites)
         try:
             return _draft(factory, drafting)
-        except _NeedsTensors as needed:
+        except NeedsTensors as needed:
             numbers.update(needed.indices)
             sites.update(drafting.sites[i] for i in needed.indices if i in drafting.sites)
 
 
-class _NeedsTensors(Exception):
-    """A step of a draft's ``__init__`` needed the tensors of these lazy layers (by number)."""
-
-    def __init__(self, indices: set[int]) -> None:
-        super().__init__(f"lazy layers number {sorted(i + 1 for i in indices)}")
-        self.indices = indices
-
-
-def _needing(error: BaseException, drafting: Drafting) -> int | None:
-    """The number of the lazy layer whose placeholder the step that raised ``error`` was given
-    (a local of its innermost frame that holds one), if it is not laid out eager already."""
-    frames = []
-    trace = error.__traceback__
-    while trace is not None:
-        frames.append(trace.tb_frame)
-        trace = trace.tb_next
-    for frame in reversed(frames):
-        for value in frame.f_locals.values():
-            index = drafting.owners.get(id(value)) if isinstance(value, torch.Tensor) else None
-            if index is not None:
-                return None if index in drafting.eager else index
-    return None
-
-
-def _transformed(layer: nn.Module) -> bool:
-    """Whether a parametrization or pruning holds ``layer``'s tensors (applied in ``__init__``
-    to its placeholders, which their forward cannot compute with)."""
-    return parametrize.is_parametrized(layer) or any(
-        isinstance(hook, prune.BasePruningMethod) for hook in layer._forward_pre_hooks.values()
-    )
-
-
 def _draft(factory: Callable[[], Any], drafting: Drafting) -> tuple[nn.Module, Drafting]:
-    """One run of :func:`draft`, or :class:`_NeedsTensors`."""
+    """One run of :func:`draft`, or :class:`NeedsTensors`."""
     where = drafting.where
     others = OtherRandom()
     try:
@@ -204,30 +173,28 @@ def _draft(factory: Callable[[], Any], drafting: Drafting) -> tuple[nn.Module, D
             own_modes(device, recorder.function_mode),
         ):
             model = made(factory(), where)
-    except InferenceError as error:
-        if error.parts is None or error.parts.key is not Fix.ON_BUILD:
-            raise
-        index = _needing(error, drafting)
-        if index is None:
-            raise
-        raise _NeedsTensors({index}) from error
     except Exception as error:
-        # (torch's ValueError, or the error a caller's factory made of it: the command line's)
-        cause = error if isinstance(error, ValueError) else error.__cause__
-        if not isinstance(cause, ValueError) or _UNINITIALIZED not in str(cause):
-            raise
-        index = _needing(cause, drafting)
+        # A step that needs a lazy layer's tensors (torch's weight_norm refuses a
+        # placeholder; an orthogonal parametrization computes on its values): the run again,
+        # that layer laid out as its eager class. Not lazynn's own refusals (a step on a
+        # stand-in that needs the sizes the input decides stays refused, naming it).
+        index = None if isinstance(error, LazynnError) else needing(error, drafting)
         if index is not None:
-            raise _NeedsTensors({index}) from error
-        if cause is not error:
+            raise NeedsTensors({index}) from error
+        cause = error if isinstance(error, ValueError) else error.__cause__
+        if cause is not error or _UNINITIALIZED not in str(error):
             raise
+        index = needing(error, drafting, laid=True)
+        named = drafting.entries[index].cls.__name__ if index is not None else "a lazy layer"
         raise UnbuiltError(
             message(
                 where,
                 "a construction whose steps on a lazy layer wait for its sizes",
-                "a step that needs the values of an unbuilt weight (torch's "
-                "nn.utils.weight_norm, say), which the factory's first run, on meta, cannot "
-                "give",
+                f"a step that needs the values of {named}'s unbuilt weight (torch's "
+                "nn.utils.weight_norm, say), which the factory's first run cannot give: the "
+                "layer is not one it can lay out as its eager class before its first call (a "
+                "rank-agnostic layer, whose class its input chooses, or one made outside the "
+                "factory)",
                 "apply it at the build, where the eager code applies it: "
                 "lazynn.on_build(layer, torch.nn.utils.weight_norm) (in both forms; in the "
                 "factory form it runs at once, the layer being built)",
@@ -237,17 +204,9 @@ def _draft(factory: Callable[[], Any], drafting: Drafting) -> tuple[nn.Module, D
         ) from error
     finally:
         others.restore()  # (numpy's or Python's draws of the code: the real run makes them)
-    parametrized = {  # (a parametrization or pruning takes a placeholder: its forward not)
-        state.index
-        for m in model.modules()
-        if isinstance(m, LazyLayer)
-        and _transformed(m)
-        and (state := find_state(m)) is not None
-        and state.index >= 0
-        and state.index not in drafting.eager
-    }
+    parametrized = transformed_layers(model, drafting)
     if parametrized:
-        raise _NeedsTensors(parametrized)
+        raise NeedsTensors(parametrized)
     paths = {id(m): p for p, m in model.named_modules()}
     for index, (layer, sizes) in drafting.built.items():
         entry = drafting.entries[index]
@@ -403,7 +362,7 @@ def drafted(
             if first is None:
                 note = _stand_in_note(error, model, learnt)
                 first = error if note is None else with_note(error, note)
-            read = {**_numbered(learnt), **_laid_read(drafting, learnt)}
+            read = {**_numbered(learnt), **laid_read(drafting, learnt)}
             new = {i: s for i, s in read.items() if known.get(i) != s}
             if not new:
                 if first is error:
@@ -411,43 +370,15 @@ def drafted(
                 raise first from error.__cause__  # (the first run's: the retries learnt nothing)
             known.update(new)
             continue
-        read = _laid_read(drafting, learnt)
+        read = laid_read(drafting, learnt)
         new = {i: s for i, s in read.items() if known.get(i) != s}
         if new:  # (laid out eager with stand-ins: the next run with the sizes they read)
             known.update(new)
             continue
-        _refuse_unread(drafting, read)
+        refuse_unread(model, drafting, read)
         return Drafted(result, model, drafting, {**_numbered(learnt), **read})
     assert first is not None
     raise first
-
-
-def _laid_read(
-    drafting: Drafting, learnt: dict[nn.Module, dict[str, Any]]
-) -> dict[int, dict[str, Any]]:
-    """The sizes the layers laid out eager read, by number (:attr:`Drafting.laid`)."""
-    return {i: dict(learnt[m]) for i, m in drafting.laid.items() if m in learnt}
-
-
-def _refuse_unread(drafting: Drafting, read: dict[int, dict[str, Any]]) -> None:
-    """Refuse a layer laid out eager with stand-in sizes that the forward never called: no
-    input gave it its sizes."""
-    for index in sorted(drafting.laid):
-        entry = drafting.entries[index] if index < len(drafting.entries) else None
-        if entry is None or entry.sizes is not None or index in read:
-            continue
-        shown = ", ".join(f"{k}={v!r}" for k, v in entry.kwargs.items() if v is not None)
-        raise InferenceError(
-            message(
-                drafting.where,
-                "example inputs whose forward calls every lazy layer whose tensors the "
-                "factory's __init__ needs (weight_norm, a parametrization)",
-                f"a forward that never called {entry.cls.__name__}({shown}), lazy layer "
-                f"number {index + 1} of its construction",
-                "pass inputs that reach it, or give it its sizes (its eager class)",
-                outcome="nothing was built",
-            )
-        )
 
 
 def _numbered(learnt: dict[nn.Module, dict[str, Any]]) -> dict[int, dict[str, Any]]:

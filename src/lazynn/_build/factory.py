@@ -38,6 +38,7 @@ from torch import nn
 
 from .._errors import InferenceError, LazynnError, message, with_note
 from .._layer.base import LazyLayer
+from .._layer.layout import laid_out_eager
 from .._module.callers import user_stacklevel
 from .._module.kept import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
@@ -135,7 +136,7 @@ def learn(
                     outcome="nothing was built",
                 )
             )
-        if any(map(is_lazy_module, model.modules())):
+        if any(is_lazy_module(m) or laid_out_eager(m) for m in model.modules()):
             return rehearse(model, examples, kw_examples, learnt=learnt)
         try:
             return rehearse(model, examples, kw_examples, learnt=learnt)

@@ -80,9 +80,9 @@ from .fill import (
     reset_known_buffers,
     take_settings,
 )
-from .infer import CLASS_KEY, Infer, ambiguity
+from .infer import CLASS_KEY, Infer
 from .inputs import (
-    argument,
+    ambiguous_reading,
     check_input,
     construct_checked,
     forward_error,
@@ -194,15 +194,7 @@ class LazyLayer(LazyModuleMixin):
         names = forward_names(self.cls_to_become)
         specs = self._lazynn_specs()
         sizes = read_sizes(self, specs, names, args, kwargs)
-        note = next(
-            (
-                text
-                for name, spec in specs.items()
-                if isinstance(value := argument(names, spec.arg, args, kwargs), torch.Tensor)
-                and (text := ambiguity(spec, value.shape, name)) is not None
-            ),
-            None,
-        )
+        note = ambiguous_reading(specs, names, args, kwargs)
         rehearsal = context().rehearsal
         if rehearsal is not None:
             # The rehearsal's record of what this layer read (and, for a rank-agnostic layer,

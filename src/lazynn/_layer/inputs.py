@@ -27,9 +27,10 @@ from .._module.state import LazyState, find_state
 from .._module.tensors import describe, is_placeholder, map_tensors, meta_like, raw
 from .arguments import left_in_note
 from .construct import short_repr
-from .infer import Infer
+from .infer import Infer, ambiguity
 
 __all__ = [
+    "ambiguous_reading",
     "argument",
     "check_input",
     "construct_checked",
@@ -73,6 +74,20 @@ def int_example(value: int) -> str:
         f"an example given to lazynn.build or summary as {value!r} reaches the forward as an "
         f"int: a shape is a tuple, ({value},) or (4, {value})"
     )
+
+
+def ambiguous_reading(
+    specs: Mapping[str, Infer], names: list[str], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> str | None:
+    """Why a size read from a call's inputs may not be the one meant (``infer.ambiguity``), or
+    None: the first inferred size whose reading is ambiguous."""
+    for name, spec in specs.items():
+        value = argument(names, spec.arg, args, kwargs)
+        if isinstance(value, torch.Tensor):
+            text = ambiguity(spec, value.shape, name)
+            if text is not None:
+                return text
+    return None
 
 
 def read_sizes(

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import nullcontext
-from types import FrameType
 from typing import Any
 
 import torch
 from torch import nn
 
 from .._errors import LazynnError, message
-from .._module.callers import LAZYNN_FOLDER, frames
+from .._module.callers import code_site
 from .._module.kept import PROBE
 from .._module.lifecycle import attach, own_work
 from .._module.placeholder import UninitializedBuffer, UninitializedParameter, placeholder_for
@@ -37,9 +36,9 @@ from .._module.tensors import is_placeholder, own_slots
 from .._program.record import recording, unrecorded
 from .construct import construct, forward_names, hide_probes, new, of_torch, parameter_device
 from .infer import CLASS_KEY, UNKNOWN, Infer
-from .inputs import read_sizes
+from .inputs import ambiguous_reading, read_sizes
 
-__all__ = ["lay_out", "same_arguments"]
+__all__ = ["laid_out_eager", "lay_out", "same_arguments"]
 
 
 def lay_out(
@@ -84,16 +83,10 @@ def _laid_eager(drafting: Drafting) -> bool:
     """Whether the lazy layer being constructed in a factory's first run is laid out as its
     eager class (:attr:`Drafting.eager`, :attr:`Drafting.eager_sites`); notes its site."""
     index = len(drafting.entries)
-    site = next(
-        ((f.f_code.co_filename, f.f_lineno) for f in frames(2) if not _lazynn_file(f)), None
-    )
+    site = code_site()
     if site is not None:
         drafting.sites[index] = site
     return index in drafting.eager or site in drafting.eager_sites
-
-
-def _lazynn_file(frame: FrameType) -> bool:
-    return frame.f_code.co_filename.startswith(LAZYNN_FOLDER)
 
 
 def _lay_out_eager(
@@ -133,11 +126,21 @@ def _lay_out_eager(
         rehearsal = context().rehearsal
         if rehearsal is not None:
             rehearsal.sizes[id(layer)] = read
+            note = ambiguous_reading(specs, names, args, kw)  # (the build warns, as lazy)
+            if note is not None:
+                rehearsal.notes[id(layer)] = note
         if read == sizes:
             return own(*args, **kw)
         return construct(cls, {**arguments, **read}, "meta", dtype, None)(*args, **kw)
 
     layer.forward = forward
+
+
+def laid_out_eager(module: nn.Module) -> bool:
+    """Whether ``module`` is a lazy layer a factory's first run laid out as its eager class
+    (:func:`_lay_out_eager`: it still learns its sizes from its input, as a lazy one)."""
+    forward = module.__dict__.get("forward")
+    return getattr(forward, "__qualname__", "").startswith(_lay_out_eager.__name__ + ".")
 
 
 def _record_known(layer: nn.Module, known_buffers: frozenset[str]) -> None:

@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -39,6 +40,7 @@ __all__ = [
     "LAZYNN_FOLDER",
     "Tool",
     "Wrapper",
+    "code_site",
     "distributed",
     "find_tool",
     "find_wrapper",
@@ -107,6 +109,25 @@ def is_users(filename: str) -> bool:
     if {"site-packages", "dist-packages"} & set(path.split(os.sep)):
         return False
     return not any(path == root or path.startswith(root + os.sep) for root in _NOT_USERS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _not_users_code(filename: str) -> bool:
+    """Whether ``filename`` is lazynn's, torch's or Python's own (an installed package's is
+    not: its code constructs modules as the user's does)."""
+    if filename.startswith("<"):
+        return True
+    path = os.path.realpath(filename)
+    return any(path == root or path.startswith(root + os.sep) for root in _NOT_USERS)
+
+
+def code_site(skip: int = 2) -> tuple[str, int] | None:
+    """The innermost line of the calling code that is neither lazynn's, torch's (a wrapper of
+    dynamo's, say) nor Python's own: (file, line), or None."""
+    for frame in frames(skip):
+        if not _not_users_code(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+    return None
 
 
 def user_stacklevel() -> int:

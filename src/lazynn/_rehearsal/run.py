@@ -322,8 +322,14 @@ class Run:
 
     def notes(self) -> dict[str, str]:
         """Path -> why a lazy layer's reading of its input may not be the one meant."""
-        found = ((self.paths.get(i), n) for i, n in self.rehearsing.notes.items())
-        return {p: f"{self.lazy[p].__name__} at '{p}' {n}" for p, n in found if p is not None}
+        found = [
+            (p, n) for i, n in self.rehearsing.notes.items() if (p := self.paths.get(i)) is not None
+        ]
+        # (a layer a factory's first run laid out as its eager class reads as a lazy one)
+        return {
+            p: f"{(self.lazy.get(p) or type(self.modules[p])).__name__} at '{p}' {n}"
+            for p, n in found
+        }
 
 
 class _Ended:
