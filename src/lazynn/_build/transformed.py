@@ -71,9 +71,7 @@ def _shallow(values: Iterable[Any], depth: int = 2) -> Iterator[Any]:
 def _transformed(layer: nn.Module) -> bool:
     """Whether a parametrization or pruning holds ``layer``'s tensors (applied in ``__init__``
     to its placeholders, which their forward cannot compute with)."""
-    return parametrize.is_parametrized(layer) or any(
-        isinstance(hook, prune.BasePruningMethod) for hook in layer._forward_pre_hooks.values()
-    )
+    return parametrize.is_parametrized(layer) or prune.is_pruned(layer)
 
 
 def laid_read(
