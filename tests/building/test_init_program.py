@@ -122,6 +122,88 @@ def test_work_written_between_constructions_runs_where_eager_ran_it(how: str, do
     assert torch.equal(torch.get_rng_state(), after)
 
 
+class _ZeroResidual(nn.Module):
+    """(Found by review.) Blocks whose queued work zero-inits their own BatchNorm, which draws
+    nothing at its construction; the root's queued init writes a LayerNorm (the documented
+    ``on_build(model, lambda m: m.apply(init))``); a block with a kept init deep-copied
+    before an eager layer; an in-place step with a tensor argument."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.stem = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        self.blocks = nn.ModuleList()
+        for _ in range(2):
+            block = nn.Sequential(lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4))
+            block.append(nn.BatchNorm1d(4))
+            self._queue(lazy, block, lambda m: nn.init.zeros_(m[1].weight))
+            self.blocks.append(block)
+        copied = nn.Sequential(lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4))
+        nn.init.normal_(copied[0].weight)
+        copied[0].weight.data.mul_(torch.full((4, 1), 2.0))
+        self.copies = nn.ModuleList([copy.deepcopy(copied) for _ in range(2)])
+        self.norm = nn.LayerNorm(4)
+        self._queue(lazy, self, lambda m: m.apply(_half_norms))
+        self.head = nn.Linear(4, 2)
+
+    @staticmethod
+    def _queue(lazy: bool, module: nn.Module, fn: Any) -> None:
+        if lazy:
+            lazynn.on_build(module, fn)
+        else:
+            fn(module)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        for block in self.blocks:
+            h = h + block(h)
+        h = sum(c(h) for c in self.copies)
+        return self.head(self.norm(h))  # type: ignore[no-any-return]
+
+
+def _half_norms(module: nn.Module) -> None:
+    if isinstance(module, nn.LayerNorm):
+        nn.init.constant_(module.weight, 0.5)
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_work_on_layers_that_draw_nothing_is_not_undone_by_their_reinitialization(
+    door: str,
+) -> None:
+    torch.manual_seed(0)
+    eager = _ZeroResidual(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = _ZeroResidual()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
+    if door == "meta+materialize":
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
+
+
+class _RootQueuedMidway(nn.Module):
+    """Work queued on the whole model between a lazy layer and an eager one: eager code ran
+    it there, on the model built so far; the model is built only at the end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4)
+        lazynn.on_build(self, lambda m: nn.init.normal_(m.a.weight))
+        self.mid = nn.Linear(4, 4)
+        self.b = lazynn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.mid(self.a(x)))  # type: ignore[no-any-return]
+
+
+def test_queued_work_that_cannot_run_where_eager_ran_it_warns_naming_it() -> None:
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="on_build on the model was written before an eager"):
+        lazynn.build(_RootQueuedMidway(), X)
+
+
 # --- zero_module: writes through p.detach() (case 3) -------------------------------------------
 
 

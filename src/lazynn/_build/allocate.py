@@ -106,6 +106,9 @@ class _Allocation:
         self.inits_done: dict[int, torch.Tensor] = {}
         #: functions queued with on_build in the model, by module, not run yet
         self.queued: list[tuple[nn.Module, QueueEntry]] = []
+        #: modules whose queued work was written before an eager layer's construction but
+        #: could not run before its re-initialization (the module not built by then)
+        self.late: list[nn.Module] = []
 
     def run_due(self, model: nn.Module, before: int | None) -> None:
         """Run the work written before the construction of the ``before``-th lazy layer
@@ -136,8 +139,15 @@ class _Allocation:
             for pair in self.inits
             if pair[0].rng is not None and torch.equal(pair[0].rng, start)
         ]
+        late = [
+            pair
+            for pair in self.queued
+            if pair[1].rng is not None and torch.equal(pair[1].rng, start) and pair not in queued
+        ]
+        self.late += [module for module, _ in late if module not in self.late]
         if queued or inits:
-            self.inits = [pair for pair in self.inits if pair not in inits]
+            taken = {id(init) for init, _ in inits}  # (by identity: an Init holds tensors)
+            self.inits = [pair for pair in self.inits if id(pair[0]) not in taken]
             self._run(model, inits, queued)
 
     def due(self, module: nn.Module) -> bool:
@@ -312,8 +322,22 @@ def allocate(
             # Nothing drew on meta; leave the generator where construction began, so that
             # materialize() draws what an eager construction draws.
             torch.set_rng_state(chosen.start)
-    for note in [] if quiet else chosen.notes:
+    for note in [] if quiet else [*chosen.notes, *_late_notes(model, allocation.late)]:
         warnings.warn(f"lazynn.build: {note}", stacklevel=user_stacklevel())
+
+
+def _late_notes(model: nn.Module, late: list[nn.Module]) -> list[str]:
+    """Why work queued on these modules is not where eager code ran it."""
+    paths = {id(m): p for p, m in model.named_modules()}
+    named = ", ".join(f"'{paths[id(m)]}'" if paths.get(id(m)) else "the model" for m in late)
+    if not late:
+        return []
+    return [
+        f"work queued with lazynn.on_build on {named} was written before an eager layer's "
+        "construction, but runs after it (its lazy layers are built later), so the numbers "
+        "from there on are not the eager model's; queue it on the lazy layer it needs, or "
+        "build with the factory form, lazynn.build(Net, example), which runs it in place"
+    ]
 
 
 def _real_sizes(sizes: dict[str, Any]) -> dict[str, Any]:

@@ -86,8 +86,9 @@ class Plan:
     #: that makes its layers last to first), for the allocation to visit; None: registration
     #: order
     walk: tuple[tuple[str, nn.Module], ...] | None = None
-    #: each eager layer replayed -> the generator state its construction drew from (work
-    #: queued at that state was queued before it: the build runs it first)
+    #: each eager layer replayed that draws -> the generator state its construction drew
+    #: from (work written at that state was written before it, and after the layers before
+    #: it that draw nothing: the build runs it between them)
     starts: Mapping[nn.Module, torch.Tensor] = field(default_factory=dict)
 
 
@@ -150,7 +151,7 @@ def plan(
         stream.written,
         tuple(stream.notes),
         stream.walk(order, first, lazy, end),
-        {m: here for (_, m), here in stream.sequence},
+        stream.draw_starts(end),
     )
 
 
@@ -234,6 +235,16 @@ class _Stream:
         ]
         return _Trial(twin, writes, all(torch.equal(a, b) for a, b in mine), tied)
 
+    def draw_starts(self, end: torch.Tensor) -> dict[nn.Module, torch.Tensor]:
+        """Each replayed layer that draws (the next layer, or the stream's ``end``, starts
+        elsewhere) -> the state it draws from."""
+        nexts = [here for _, here in self.sequence[1:]] + [end] if self.sequence else []
+        return {
+            m: here
+            for ((_, m), here), after in zip(self.sequence, nexts, strict=True)
+            if not torch.equal(here, after)
+        }
+
     def walk(
         self,
         order: list[tuple[str, nn.Module]],
@@ -243,7 +254,7 @@ class _Stream:
     ) -> tuple[tuple[str, nn.Module], ...] | None:
         """The modules in construction order, for the build, where it is not registration
         order (else None): the eager layers from ``order[first]`` on as the replay found
-        them, each lazy layer (by construction number) before the first of them that drew
+        them, each lazy layer (by construction number) before the first of them that draws
         from the state recorded at its construction (after them all if it is the stream's
         ``end``); a module that neither draws nor is lazy stays after the module registered
         before it. None too where a lazy layer's place is unknown (its state is none of
@@ -256,12 +267,19 @@ class _Stream:
         )
         events: list[tuple[str, nn.Module]] = []
         at = 0
+        drawing = self.draw_starts(end)
         for entry, state in lazies:
             rng = state.rng
             if rng is None:
                 return None
+            # (before the first that draws from it: those that draw nothing at that state,
+            # which work written after them may change, are re-initialized first)
             found = next(
-                (i for i in range(at, len(self.sequence)) if torch.equal(self.sequence[i][1], rng)),
+                (
+                    i
+                    for i in range(at, len(self.sequence))
+                    if self.sequence[i][0][1] in drawing and torch.equal(self.sequence[i][1], rng)
+                ),
                 None,
             )
             if found is None and not torch.equal(rng, end):
