@@ -183,6 +183,45 @@ def test_work_on_layers_that_draw_nothing_is_not_undone_by_their_reinitializatio
     assert torch.equal(torch.get_rng_state(), after)
 
 
+class _Forked(nn.Module):
+    """(Found by review.) An initialization written in ``torch.random.fork_rng()`` after a
+    ``manual_seed``, kept and queued: eager code drew it from that seed, and the stream went
+    back after it."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        self.b = lazynn.LazyLinear(4) if lazy else nn.Linear(4, 4)
+        with torch.random.fork_rng():
+            torch.manual_seed(1)
+            nn.init.normal_(self.a.weight)
+            if lazy:
+                lazynn.on_build(self.b, lambda m: nn.init.normal_(m.weight))
+            else:
+                nn.init.normal_(self.b.weight)
+        self.mid = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mid(self.b(self.a(x)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize", "threads=2"])
+def test_work_written_under_fork_rng_draws_from_the_state_it_was_written_at(door: str) -> None:
+    torch.manual_seed(0)
+    eager = _Forked(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = _Forked()
+    if door == "threads=2":
+        lazynn.build(model, X, threads=2)
+    else:
+        lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
+    if door == "meta+materialize":
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
+
+
 class _RootQueuedMidway(nn.Module):
     """Work queued on the whole model between a lazy layer and an eager one: eager code ran
     it there, on the model built so far; the model is built only at the end."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ from .._rehearsal.learnt import Rehearsal, TensorInfo
 from .progress import Progress
 from .queue import Entry as QueueEntry
 from .queue import built_on_meta, due, ready, run_on_meta, run_ready
-from .reinit_plan import Plan, plan, scratch_init
+from .reinit_plan import Plan, plan, scratch_init, state_key
 
 __all__ = ["allocate"]
 
@@ -109,6 +110,9 @@ class _Allocation:
         #: modules whose queued work was written before an eager layer's construction but
         #: could not run before its re-initialization (the module not built by then)
         self.late: list[nn.Module] = []
+        #: work written under a generator state of its own (``fork_rng``), by that state's
+        #: key -> where its draws have come to
+        self.forks: dict[int, torch.Tensor] = {}
 
     def run_due(self, model: nn.Module, before: int | None) -> None:
         """Run the work written before the construction of the ``before``-th lazy layer
@@ -171,21 +175,43 @@ class _Allocation:
         copied: tuple[int, _Generators, _Generators] | None = None
         for order, item in sorted(work, key=lambda pair: pair[0]):
             if isinstance(item[0], Init):
-                run_inits([item], self.inits_done)
+                with self._forked(item[0].rng):
+                    run_inits([item], self.inits_done)
                 continue
             again = copied is not None and copied[0] == order
             if copied is not None and again:
                 copied[1].restore()
             start = _Generators()
-            if self.on_meta:
-                run_on_meta(model, item[0], item[1])
-            else:
-                with torch.enable_grad():  # (as outside a build: the allocation runs no_grad)
-                    run_ready(model, only=[item[1]])
+            with self._forked(item[1].rng):
+                if self.on_meta:
+                    run_on_meta(model, item[0], item[1])
+                else:
+                    with torch.enable_grad():  # (as outside a build: the allocation: no_grad)
+                        run_ready(model, only=[item[1]])
             if copied is not None and again:
                 copied[2].restore()
             else:
                 copied = (order, start, _Generators())
+
+    @contextlib.contextmanager
+    def _forked(self, written: torch.Tensor | None) -> Iterator[None]:
+        """Work written under a generator state the construction's stream never had (in
+        ``torch.random.fork_rng()`` after a ``manual_seed``) draws from that state, and the
+        CPU generator goes back after it, as ``fork_rng`` put it back; other work, as it is."""
+        known = self.plan.known
+        key = state_key(written) if written is not None and known else None
+        if written is None or key is None or key in known:
+            yield
+            return
+        saved = torch.get_rng_state()
+        # (work written after it under the same fork continues its draws: the state the
+        # construction saw did not move, its draws being kept for the build)
+        torch.set_rng_state(self.forks.get(key, written))
+        try:
+            yield
+            self.forks[key] = torch.get_rng_state()
+        finally:
+            torch.set_rng_state(saved)
 
     def visit(self, path: str, module: nn.Module, lazy: set[nn.Module]) -> None:
         if module in self.rehearsal.sizes and is_unbuilt(module):

@@ -90,6 +90,10 @@ class Plan:
     #: from (work written at that state was written before it, and after the layers before
     #: it that draw nothing: the build runs it between them)
     starts: Mapping[nn.Module, torch.Tensor] = field(default_factory=dict)
+    #: the generator states of the construction's stream the replay knows (each lazy layer's
+    #: construction, each replayed layer's start, the end), by :func:`state_key`: work written
+    #: at another state was written under a generator the code set for it (``fork_rng``)
+    known: frozenset[int] = frozenset()
 
 
 def plan(
@@ -152,7 +156,20 @@ def plan(
         tuple(stream.notes),
         stream.walk(order, first, lazy, end),
         stream.draw_starts(end),
+        frozenset(
+            state_key(t)
+            for t in (
+                end,
+                *(here for _, here in stream.sequence),
+                *(s.rng for s in births if s is not None and s.rng is not None),
+            )
+        ),
     )
+
+
+def state_key(state: torch.Tensor) -> int:
+    """A generator state's key, for :attr:`Plan.known` (its bytes, hashed)."""
+    return hash(state.numpy().tobytes())
 
 
 class _Stream:
