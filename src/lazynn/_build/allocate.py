@@ -113,6 +113,8 @@ class _Allocation:
         #: work written under a generator state of its own (``fork_rng``), by that state's
         #: key -> where its draws have come to
         self.forks: dict[int, torch.Tensor] = {}
+        #: id(a state work was written at) -> its key (the states are held by the work)
+        self.keys: dict[int, int] = {}
 
     def run_due(self, model: nn.Module, before: int | None) -> None:
         """Run the work written before the construction of the ``before``-th lazy layer
@@ -133,26 +135,26 @@ class _Allocation:
         """Run the work queued when the generator was at ``start``, the state an eager
         layer's construction draws from (``Plan.starts``): eager code ran it before that
         layer, which the build now re-initializes."""
-        queued = [
-            pair
-            for pair in self.queued
-            if pair[1].rng is not None and torch.equal(pair[1].rng, start) and self.due(pair[0])
-        ]
-        inits = [
-            pair
-            for pair in self.inits
-            if pair[0].rng is not None and torch.equal(pair[0].rng, start)
-        ]
-        late = [
-            pair
-            for pair in self.queued
-            if pair[1].rng is not None and torch.equal(pair[1].rng, start) and pair not in queued
-        ]
+        key = state_key(start)
+        at = [pair for pair in self.queued if self._key(pair[1].rng) == key]
+        queued = [pair for pair in at if self.due(pair[0])]
+        inits = [pair for pair in self.inits if self._key(pair[0].rng) == key]
+        late = [pair for pair in at if pair not in queued]
         self.late += [module for module, _ in late if module not in self.late]
         if queued or inits:
             taken = {id(init) for init, _ in inits}  # (by identity: an Init holds tensors)
             self.inits = [pair for pair in self.inits if id(pair[0]) not in taken]
             self._run(model, inits, queued)
+
+    def _key(self, written: torch.Tensor | None) -> int | None:
+        """``state_key`` of a state work was written at, once per tensor (compared at every
+        eager layer's visit)."""
+        if written is None:
+            return None
+        found = self.keys.get(id(written))
+        if found is None:
+            found = self.keys[id(written)] = state_key(written)
+        return found
 
     def due(self, module: nn.Module) -> bool:
         """Whether work queued on ``module`` can run (on meta, the initializations and the
