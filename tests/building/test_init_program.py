@@ -222,6 +222,37 @@ def test_work_written_under_fork_rng_draws_from_the_state_it_was_written_at(door
     assert torch.equal(torch.get_rng_state(), after)
 
 
+class _TorchLazyAfterANorm(nn.Module):
+    """(Found by review.) torch's own lazy layer after a LayerNorm, and a kept init written
+    after it: the replay moves the LayerNorm (it draws nothing) before the lazy layers at its
+    state; torch's layer stays after the lazy layer before it."""
+
+    def __init__(self, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        self.norm = nn.LayerNorm(4)
+        self.t = nn.LazyLinear(3) if lazy else nn.Linear(4, 3)
+        nn.init.normal_(self.a.weight)
+        self.mid = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mid(self.t(self.norm(self.a(x))))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+def test_torch_lazy_layers_keep_their_place_among_layers_that_draw_nothing(door: str) -> None:
+    torch.manual_seed(0)
+    eager = _TorchLazyAfterANorm(lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = _TorchLazyAfterANorm()
+    lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
+    if door == "meta+materialize":
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
+
+
 class _RootQueuedMidway(nn.Module):
     """Work queued on the whole model between a lazy layer and an eager one: eager code ran
     it there, on the model built so far; the model is built only at the end."""

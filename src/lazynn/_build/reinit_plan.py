@@ -308,8 +308,13 @@ class _Stream:
         rank = {id(m): i for i, (_, m) in enumerate(events)}
         key, keys = -1.0, []
         for _, module in order[first:]:
-            key = float(rank[id(module)]) if id(module) in rank else key + 1e-6
-            keys.append(key)
+            if id(module) not in rank:  # (a container, torch's own lazy layer: after the
+                key += 1e-6  # module before it that is lazy or draws)
+                keys.append(key)
+                continue
+            keys.append(float(rank[id(module)]))
+            if module in lazy or module in drawing:  # (one that draws nothing was moved
+                key = keys[-1]  # before the lazy layers at its state: nothing follows it)
         pairs = sorted(zip(keys, range(len(keys)), strict=True))
         moved = [order[first + index] for _, index in pairs]
         if moved == order[first:]:
