@@ -253,6 +253,42 @@ def test_torch_lazy_layers_keep_their_place_among_layers_that_draw_nothing(door:
     assert torch.equal(torch.get_rng_state(), after)
 
 
+class _Halved(nn.Module):
+    """(Found by review.) Work written on a lazy layer, then ``self.half()`` at the end of
+    ``__init__``: eager code initialized in float32, then converted."""
+
+    def __init__(self, how: str, lazy: bool = True) -> None:
+        super().__init__()
+        self.a = lazynn.LazyLinear(4) if lazy else nn.Linear(5, 4)
+        if how == "queued" and lazy:
+            lazynn.on_build(self.a, lambda m: nn.init.normal_(m.weight))
+        else:
+            nn.init.normal_(self.a.weight)
+        self.m = nn.Linear(4, 4)
+        self.half()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.m(self.a(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+@pytest.mark.parametrize("how", ["kept init", "queued"])
+def test_work_written_before_a_dtype_move_runs_in_the_dtype_it_was_written_in(
+    how: str, door: str
+) -> None:
+    torch.manual_seed(0)
+    eager = _Halved(how, lazy=False)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    model = _Halved(how)
+    example = lazynn.Spec((2, 5), torch.float16)
+    lazynn.build(model, example, device="meta" if door == "meta+materialize" else None)
+    if door == "meta+materialize":
+        lazynn.materialize(model, "cpu")
+    assert same_state(model, eager)
+    assert torch.equal(torch.get_rng_state(), after)
+
+
 class _RootQueuedMidway(nn.Module):
     """Work queued on the whole model between a lazy layer and an eager one: eager code ran
     it there, on the model built so far; the model is built only at the end."""

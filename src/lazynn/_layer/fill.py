@@ -25,6 +25,7 @@ from torch import nn
 from .._errors import InferenceError, message, module_path
 from .._module.kept import SELF, Init, inits_of
 from .._module.placeholder import fill, hooks_materialize
+from .._module.state import QUEUE_KEY
 from .._module.tensors import Placeholder, is_placeholder, raw
 from .._program.record import recording
 from .construct import MODULE_KEYS, Slot, by_path, key_text
@@ -109,9 +110,11 @@ def plan_moves(
         target_device = held.device if device is None else value.device
         target_dtype = held.dtype if dtype is None or not value.is_floating_point() else dtype
         later = None
-        if inits_of(tensor) and value.dtype != target_dtype and device is None and dtype is None:
+        written = inits_of(tensor) or QUEUE_KEY in layer.__dict__  # (kept, or queued on it)
+        here = device is None or torch.device(device).type == "meta"  # (where it was declared)
+        if written and value.dtype != target_dtype and here and dtype is None:
             # (moved to another dtype since: eager code initialized it in the dtype it was
-            # made in, then moved it; its kept initializations run first, then the move)
+            # made in, then moved it; the work written on it runs first, then the move)
             later, target_dtype = target_dtype, value.dtype
         if value.device != target_device or value.dtype != target_dtype:
             value = value.to(device=target_device, dtype=target_dtype)
