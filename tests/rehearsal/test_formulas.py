@@ -8,6 +8,7 @@ negative dims, empty dims, strided inputs, invalid shapes).
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -443,6 +444,30 @@ def _run(func: Any, args: Any, kwargs: Any, fast: bool) -> tuple[Any, Any, list[
                 return func(*args, **kwargs), None, warned
         except Exception as error:  # (compared with torch's below)
             return None, error, warned
+
+
+@pytest.mark.parametrize("dims", [2, 3, 4, 5])
+def test_the_batch_norm_formula_gives_the_kernels_strides_for_every_dense_layout(
+    dims: int,
+) -> None:
+    """(Found by hypothesis in CI.) Each layout of small shapes, size-1 dimensions included,
+    that F.batch_norm takes: where the formula answers, the strides are the kernel's (a
+    (1, 2) input with strides (1, 1) gives (2, 1); a (1, C, 1, 1, 1) channels-last one gives
+    row-major strides, where a 4-d one keeps its own)."""
+    sizes = [1, 2, 3]
+    for shape in itertools.product(sizes, repeat=dims):
+        for order in itertools.permutations(range(dims)):
+            base = torch.empty([shape[i] for i in order], device="meta")
+            t = base.permute([order.index(i) for i in range(dims)])
+            mean = torch.empty(shape[1], device="meta")
+            args = (t, mean, mean.clone())
+            with torch.no_grad():
+                answered = answer(F.batch_norm, args, {"training": False})
+            if answered is None:
+                continue
+            expected, refused, _ = _run(F.batch_norm, args, {"training": False}, fast=False)
+            assert refused is None, (shape, t.stride())
+            assert answered.stride() == expected.stride(), (shape, t.stride())
 
 
 @pytest.mark.parametrize("func", list(CASES), ids=_name)

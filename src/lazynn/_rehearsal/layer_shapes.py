@@ -77,6 +77,11 @@ def floating(t: object, strided: bool = False) -> Tensor:
     return tensor
 
 
+def _strides_in(shape: Sequence[int], memory_format: torch.memory_format) -> tuple[int, ...]:
+    """The strides of a tensor of ``shape`` in ``memory_format``."""
+    return tuple(torch.empty(shape, device="meta", memory_format=memory_format).stride())
+
+
 def empty(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
@@ -410,9 +415,15 @@ def _batch_norm(
     t = floating(t, strided=True)
     check(t.dim() >= 2 and isinstance(training, bool) and isinstance(eps, NUMBER))
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    # (the output's strides are the input's where they are row-major, or channels-last and
+    # not row-major too; other strides torch's kernel chooses among, a size-1 dimension's)
     check(
-        t.is_contiguous()
-        or (t.dim() in formats and t.is_contiguous(memory_format=formats[t.dim()]))
+        t.stride() == _row_major(t.shape)
+        or (
+            t.dim() in formats
+            and not t.is_contiguous()
+            and t.stride() == _strides_in(t.shape, formats[t.dim()])
+        )
     )
     channels = t.shape[1]
     check(not training or t.numel() // max(channels, 1) > 1)
