@@ -18,6 +18,7 @@ import pickle
 import random
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,21 +106,34 @@ class _Interleaved(nn.Module):
         return self.b(sum(c(h) for c in self.copies))  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("door", ["build", "meta+materialize"])
-@pytest.mark.parametrize("how", ["kept init", "queued", "copies"])
-def test_work_written_between_constructions_runs_where_eager_ran_it(how: str, door: str) -> None:
+def _built_as_eager(
+    make: Callable[[bool], nn.Module], door: str, example: Any = X, silent: bool = False
+) -> None:
+    """``make(lazy=True)`` built through ``door`` ("build", "meta+materialize", "threads=2")
+    under one seed equals ``make(lazy=False)``, and the generator ends where the eager
+    construction left it; ``silent``: with no warning (a warning says a build is not exact)."""
     torch.manual_seed(0)
-    eager = _Interleaved(how, lazy=False)
+    eager = make(False)
     after = torch.get_rng_state()
     torch.manual_seed(0)
-    model = _Interleaved(how)
+    model = make(True)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # (exact: no warning that it may not be)
-        lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
+        if silent:
+            warnings.simplefilter("error")
+        if door == "threads=2":
+            lazynn.build(model, example, threads=2)
+        else:
+            lazynn.build(model, example, device="meta" if door == "meta+materialize" else None)
     if door == "meta+materialize":
         lazynn.materialize(model, "cpu")
     assert same_state(model, eager)
     assert torch.equal(torch.get_rng_state(), after)
+
+
+@pytest.mark.parametrize("door", ["build", "meta+materialize"])
+@pytest.mark.parametrize("how", ["kept init", "queued", "copies"])
+def test_work_written_between_constructions_runs_where_eager_ran_it(how: str, door: str) -> None:
+    _built_as_eager(functools.partial(_Interleaved, how), door, silent=True)
 
 
 class _ZeroResidual(nn.Module):
@@ -169,18 +183,7 @@ def _half_norms(module: nn.Module) -> None:
 def test_work_on_layers_that_draw_nothing_is_not_undone_by_their_reinitialization(
     door: str,
 ) -> None:
-    torch.manual_seed(0)
-    eager = _ZeroResidual(lazy=False)
-    after = torch.get_rng_state()
-    torch.manual_seed(0)
-    model = _ZeroResidual()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
-    if door == "meta+materialize":
-        lazynn.materialize(model, "cpu")
-    assert same_state(model, eager)
-    assert torch.equal(torch.get_rng_state(), after)
+    _built_as_eager(_ZeroResidual, door, silent=True)
 
 
 class _Forked(nn.Module):
@@ -207,19 +210,7 @@ class _Forked(nn.Module):
 
 @pytest.mark.parametrize("door", ["build", "meta+materialize", "threads=2"])
 def test_work_written_under_fork_rng_draws_from_the_state_it_was_written_at(door: str) -> None:
-    torch.manual_seed(0)
-    eager = _Forked(lazy=False)
-    after = torch.get_rng_state()
-    torch.manual_seed(0)
-    model = _Forked()
-    if door == "threads=2":
-        lazynn.build(model, X, threads=2)
-    else:
-        lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
-    if door == "meta+materialize":
-        lazynn.materialize(model, "cpu")
-    assert same_state(model, eager)
-    assert torch.equal(torch.get_rng_state(), after)
+    _built_as_eager(_Forked, door)
 
 
 class _TorchLazyAfterANorm(nn.Module):
@@ -241,16 +232,7 @@ class _TorchLazyAfterANorm(nn.Module):
 
 @pytest.mark.parametrize("door", ["build", "meta+materialize"])
 def test_torch_lazy_layers_keep_their_place_among_layers_that_draw_nothing(door: str) -> None:
-    torch.manual_seed(0)
-    eager = _TorchLazyAfterANorm(lazy=False)
-    after = torch.get_rng_state()
-    torch.manual_seed(0)
-    model = _TorchLazyAfterANorm()
-    lazynn.build(model, X, device="meta" if door == "meta+materialize" else None)
-    if door == "meta+materialize":
-        lazynn.materialize(model, "cpu")
-    assert same_state(model, eager)
-    assert torch.equal(torch.get_rng_state(), after)
+    _built_as_eager(_TorchLazyAfterANorm, door)
 
 
 class _Halved(nn.Module):
@@ -276,17 +258,8 @@ class _Halved(nn.Module):
 def test_work_written_before_a_dtype_move_runs_in_the_dtype_it_was_written_in(
     how: str, door: str
 ) -> None:
-    torch.manual_seed(0)
-    eager = _Halved(how, lazy=False)
-    after = torch.get_rng_state()
-    torch.manual_seed(0)
-    model = _Halved(how)
-    example = lazynn.Spec((2, 5), torch.float16)
-    lazynn.build(model, example, device="meta" if door == "meta+materialize" else None)
-    if door == "meta+materialize":
-        lazynn.materialize(model, "cpu")
-    assert same_state(model, eager)
-    assert torch.equal(torch.get_rng_state(), after)
+    half = lazynn.Spec((2, 5), torch.float16)
+    _built_as_eager(functools.partial(_Halved, how), door, example=half)
 
 
 class _RootQueuedMidway(nn.Module):

@@ -28,7 +28,7 @@ from .._module.kept import Init
 from .._module.kept import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module, is_unbuilt
 from .._module.placeholder import relocate
-from .._module.snapshot import OtherRandom, RandomState, atomic
+from .._module.snapshot import EveryRandom, atomic
 from .._module.state import BUILD_LOCK, context, find_state
 from .._module.tensors import (
     byte_size,
@@ -58,17 +58,6 @@ def _retarget(module: nn.Module, device: torch.device | None, dtype: torch.dtype
             floating = tensor.is_floating_point()
             target = device if device is not None else tensor.device
             store[name] = relocate(tensor, target, dtype if floating else None)
-
-
-class _Generators:
-    """Every generator's state (torch's, Python's, numpy's), to put back."""
-
-    def __init__(self) -> None:
-        self.torch, self.others = RandomState(), OtherRandom()
-
-    def restore(self) -> None:
-        self.torch.restore()
-        self.others.restore()
 
 
 class _Allocation:
@@ -131,11 +120,10 @@ class _Allocation:
         self.inits = [pair for pair in self.inits if not written(pair[0].after)]
         self._run(model, inits, queued)
 
-    def run_queued_at(self, model: nn.Module, start: torch.Tensor) -> None:
-        """Run the work queued when the generator was at ``start``, the state an eager
-        layer's construction draws from (``Plan.starts``): eager code ran it before that
-        layer, which the build now re-initializes."""
-        key = state_key(start)
+    def run_queued_at(self, model: nn.Module, key: int) -> None:
+        """Run the work written when the generator was at the state ``key`` names, the one an
+        eager layer's construction draws from (``Plan.starts``): eager code ran it before
+        that layer, which the build now re-initializes."""
         at = [pair for pair in self.queued if self._key(pair[1].rng) == key]
         queued = [pair for pair in at if self.due(pair[0])]
         inits = [pair for pair in self.inits if self._key(pair[0].rng) == key]
@@ -174,7 +162,7 @@ class _Allocation:
         # A function queued on a module deep-copied after (``[deepcopy(block) for ...]``) is in
         # each copy's queue, with one order: eager code ran it once, then copied the result.
         # Each copy runs it from where the first began, and the generators end where it ended.
-        copied: tuple[int, _Generators, _Generators] | None = None
+        copied: tuple[int, EveryRandom, EveryRandom] | None = None
         for order, item in sorted(work, key=lambda pair: pair[0]):
             if isinstance(item[0], Init):
                 with self._forked(item[0].rng):
@@ -183,7 +171,7 @@ class _Allocation:
             again = copied is not None and copied[0] == order
             if copied is not None and again:
                 copied[1].restore()
-            start = _Generators()
+            start = EveryRandom()
             with self._forked(item[1].rng):
                 if self.on_meta:
                     run_on_meta(model, item[0], item[1])
@@ -193,16 +181,15 @@ class _Allocation:
             if copied is not None and again:
                 copied[2].restore()
             else:
-                copied = (order, start, _Generators())
+                copied = (order, start, EveryRandom())
 
     @contextlib.contextmanager
     def _forked(self, written: torch.Tensor | None) -> Iterator[None]:
         """Work written under a generator state the construction's stream never had (in
         ``torch.random.fork_rng()`` after a ``manual_seed``) draws from that state, and the
         CPU generator goes back after it, as ``fork_rng`` put it back; other work, as it is."""
-        known = self.plan.known
-        key = state_key(written) if written is not None and known else None
-        if written is None or key is None or key in known:
+        key = self._key(written) if self.plan.known else None
+        if written is None or key is None or key in self.plan.known:
             yield
             return
         saved = torch.get_rng_state()
@@ -356,10 +343,10 @@ def allocate(
 
 def _late_notes(model: nn.Module, late: list[nn.Module]) -> list[str]:
     """Why work queued on these modules is not where eager code ran it."""
-    paths = {id(m): p for p, m in model.named_modules()}
-    named = ", ".join(f"'{paths[id(m)]}'" if paths.get(id(m)) else "the model" for m in late)
     if not late:
         return []
+    paths = {id(m): p for p, m in model.named_modules()}
+    named = ", ".join(f"'{paths[id(m)]}'" if paths.get(id(m)) else "the model" for m in late)
     return [
         f"work queued with lazynn.on_build on {named} was written before an eager layer's "
         "construction, but runs after it (its lazy layers are built later), so the numbers "

@@ -148,8 +148,9 @@ def draft(
     numbers and lines, :attr:`Drafting.eager`, :attr:`Drafting.eager_sites`)."""
     numbers, sites = (set(eager[0]), set(eager[1])) if eager is not None else (set(), set())
     while True:
-        drafting = Drafting(known=dict(known or {}), where=where, eager=set(numbers))
-        drafting.eager_sites = set(sites)
+        drafting = Drafting(
+            known=dict(known or {}), where=where, eager=set(numbers), eager_sites=set(sites)
+        )
         try:
             return _draft(factory, drafting)
         except NeedsTensors as needed:
@@ -181,8 +182,7 @@ def _draft(factory: Callable[[], Any], drafting: Drafting) -> tuple[nn.Module, D
         index = None if isinstance(error, LazynnError) else needing(error, drafting)
         if index is not None:
             raise NeedsTensors({index}) from error
-        cause = error if isinstance(error, ValueError) else error.__cause__
-        if cause is not error or _UNINITIALIZED not in str(error):
+        if not isinstance(error, ValueError) or _UNINITIALIZED not in str(error):
             raise
         index = needing(error, drafting, laid=True)
         named = drafting.entries[index].cls.__name__ if index is not None else "a lazy layer"

@@ -42,7 +42,7 @@ from .._layer.layout import laid_out_eager
 from .._module.callers import user_stacklevel
 from .._module.kept import run as run_inits
 from .._module.lifecycle import build_lazy_module, finish, is_lazy_module
-from .._module.snapshot import OtherRandom, RandomState, atomic
+from .._module.snapshot import EveryRandom, OtherRandom, atomic
 from .._module.state import BUILD_LOCK, Constructing, Entry, find_state
 from .._program.program import attach
 from .._program.record import Recorder
@@ -320,7 +320,7 @@ def _checked(
     recipe: FactoryRecipe,
     examples: tuple[Any, ...],
     kw_examples: dict[str, Any],
-    start: tuple[RandomState, OtherRandom],
+    start: EveryRandom,
 ) -> None:
     """Refuse, or learn again (:class:`_Relearnt`), a real run that made other eager modules
     than the draft (see the module doc). The draft laid out with the sizes learnt starts
@@ -328,16 +328,14 @@ def _checked(
     (a number of blocks) is what the real run drew."""
     if recipe.settled or difference(made, recipe.layout) is None:
         return
-    now = RandomState(), OtherRandom()
-    for saved in start:
-        saved.restore()
+    now = EveryRandom()
+    start.restore()
     try:
         again = learn(
             recipe.factory, examples, kw_examples, recipe.dtype, recipe.sizes(), reach=False
         )
     finally:
-        for saved in now:
-            saved.restore()
+        now.restore()
     found = difference(made, again.layout)
     if found is None:
         if again.sizes() != recipe.sizes():
@@ -373,7 +371,7 @@ def _realized(
     bar = Progress(recipe.numel, "lazynn.build", False if on_meta else progress)
     try:
         for _ in range(MAX_DRAFTS):
-            start = RandomState(), OtherRandom()
+            start = EveryRandom()
             try:
                 with atomic():  # (the model is new: a failure drops it; the generators go back)
                     placed = (

@@ -86,10 +86,10 @@ class Plan:
     #: that makes its layers last to first), for the allocation to visit; None: registration
     #: order
     walk: tuple[tuple[str, nn.Module], ...] | None = None
-    #: each eager layer replayed that draws -> the generator state its construction drew
-    #: from (work written at that state was written before it, and after the layers before
-    #: it that draw nothing: the build runs it between them)
-    starts: Mapping[nn.Module, torch.Tensor] = field(default_factory=dict)
+    #: each eager layer replayed that draws -> the key (:func:`state_key`) of the generator
+    #: state its construction drew from (work written at that state was written before it,
+    #: and after the layers before it that draw nothing: the build runs it between them)
+    starts: Mapping[nn.Module, int] = field(default_factory=dict)
     #: the generator states of the construction's stream the replay knows (each lazy layer's
     #: construction, each replayed layer's start, the end), by :func:`state_key`: work written
     #: at another state was written under a generator the code set for it (``fork_rng``)
@@ -155,7 +155,7 @@ def plan(
         stream.written,
         tuple(stream.notes),
         stream.walk(order, first, lazy, end),
-        stream.draw_starts(end),
+        {m: state_key(here) for m, here in stream.draw_starts(end).items()},
         frozenset(
             state_key(t)
             for t in (

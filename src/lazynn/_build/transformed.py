@@ -13,6 +13,7 @@ reached.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -42,11 +43,8 @@ def needing(error: BaseException, drafting: Drafting, laid: bool = False) -> int
     traceback, else its cause's: a caller's factory may have wrapped it), not laid out eager
     already (``laid``: or one that is)."""
     for failed in (error, error.__cause__):
-        frames = []
         trace = failed.__traceback__ if failed is not None else None
-        while trace is not None:
-            frames.append(trace.tb_frame)
-            trace = trace.tb_next
+        frames = [frame for frame, _ in traceback.walk_tb(trace)]
         for frame in reversed(frames):
             for value in _shallow(frame.f_locals.values()):
                 index = None

@@ -43,6 +43,7 @@ from .state import Context, LazyState
 from .tensors import is_placeholder, own_slots, own_tensors, raw
 
 __all__ = [
+    "EveryRandom",
     "OtherRandom",
     "RandomState",
     "Snapshot",
@@ -250,6 +251,26 @@ class OtherRandom:
             now = numpy.random.get_state()
             if any(_differs(a, b) for a, b in zip(now, self.numpy, strict=True)):
                 numpy.random.set_state(self.numpy)
+
+
+class EveryRandom:
+    """Every generator a model's code may draw from: torch's (:class:`RandomState`) and
+    Python's and numpy's (:class:`OtherRandom`); ``restore()`` puts them all back.
+
+    >>> import random, torch
+    >>> saved = EveryRandom()
+    >>> _ = torch.rand(2), random.random()
+    >>> saved.restore()
+    >>> torch.equal(saved.torch.cpu, torch.get_rng_state())
+    True
+    """
+
+    def __init__(self) -> None:
+        self.torch, self.others = RandomState(), OtherRandom()
+
+    def restore(self) -> None:
+        self.torch.restore()
+        self.others.restore()
 
 
 def _differs(a: Any, b: Any) -> bool:
